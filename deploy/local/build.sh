@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Build the local cluster's binaries from the Go module proxy into the cache.
+# Usage: build.sh [component...]   (default: all)
+# A component already in the cache is not rebuilt; the cache lives outside git.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=deploy/local/lib.sh
+. "$here/lib.sh"
+
+build_kubernetes() {
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubelet) missing=() b
+  for b in "${want[@]}"; do
+    if ! have_bin "$b"; then missing+=("$b"); fi
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  # k8s.io/kubernetes replaces its staging modules with local paths; a wrapper
+  # module replaces them with their published versions instead.
+  local mod="$CACHE/src/kubernetes-$KUBERNETES_VERSION" staging="v0${KUBERNETES_VERSION#v1}"
+  mkdir -p "$mod"
+  local kgomod
+  kgomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  {
+    echo "module local.invalid/kubebuild"
+    echo "go $(awk '/^go /{print $2; exit}' "$kgomod")"
+    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    awk -v v="$staging" '$2=="=>" && $3 ~ /^\.\/staging/ {print "replace " $1 " => " $1 " " v}' "$kgomod"
+  } > "$mod/go.mod"
+  printf 'package kubebuild\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver/app"\n' > "$mod/tools.go"
+  (cd "$mod" && go mod tidy >/dev/null 2>&1 || true)
+  (cd "$mod" && go get "k8s.io/kubernetes@$KUBERNETES_VERSION" >/dev/null && go mod tidy)
+  for b in "${missing[@]}"; do
+    log "building $b $KUBERNETES_VERSION"
+    (cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION" \
+       -o "$(bin_path "$b").tmp" "k8s.io/kubernetes/cmd/$b") && mv "$(bin_path "$b").tmp" "$(bin_path "$b")"
+  done
+}
+
+build_module_bin() { # name module@version package
+  local name=$1 modver=$2 pkg=$3
+  have_bin "$name" && return 0
+  log "building $name ($modver)"
+  local mod="$CACHE/src/$name"
+  mkdir -p "$mod"
+  printf 'module local.invalid/%s\n\ngo 1.26.0\n' "$name" > "$mod/go.mod"
+  printf 'package tools\n\nimport _ "%s"\n' "$pkg" > "$mod/tools.go"
+  (cd "$mod" && go get "$modver" && go mod tidy >/dev/null 2>&1 || true)
+  (cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$(bin_path "$name").tmp" "$pkg") \
+    && mv "$(bin_path "$name").tmp" "$(bin_path "$name")"
+}
+
+main() {
+  local what=("$@")
+  [ ${#what[@]} -gt 0 ] || what=(kubernetes jobset kueue trainer)
+  mkdir -p "$CACHE/bin"
+  for c in "${what[@]}"; do
+    case $c in
+      kubernetes) build_kubernetes ;;
+      kueue) build_module_bin kueue "sigs.k8s.io/kueue@$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue ;;
+      jobset) build_module_bin jobset "sigs.k8s.io/jobset@$JOBSET_VERSION" sigs.k8s.io/jobset ;;
+      trainer) build_module_bin trainer "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager ;;
+      *) die "unknown component $c" ;;
+    esac
+  done
+}
+main "$@"

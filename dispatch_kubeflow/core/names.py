@@ -1,0 +1,82 @@
+"""Every name Kubernetes sees, owned in one place.
+
+Changing a value here changes what is written to clusters: these are wire names.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+DOMAIN: Final = "dispatch.phpboyscout.uk"
+
+# --- Kueue ------------------------------------------------------------------------------
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta2"
+ADMISSION_GATED_BY: Final = "kueue.x-k8s.io/admission-gated-by"
+"""Kueue's annotation on the job object: comma-separated admission gates."""
+QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL: Final = "kueue.x-k8s.io/priority-class"
+KUEUE_JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
+
+GATE: Final = f"{DOMAIN}/gate"
+"""dispatch's own admission gate, set on the TrainJob at creation."""
+
+ADMISSION_CHECK: Final = "dispatch-admission"
+"""The default AdmissionCheck name (the settings may name another)."""
+CONTROLLER_NAME: Final = f"{DOMAIN}/admission"
+"""The AdmissionCheck's spec.controllerName that the admission controller serves."""
+FIELD_MANAGER: Final = "dispatch-admission"
+"""Server-side apply field manager of the admission controller."""
+ADAPTER_FIELD_MANAGER: Final = "dispatch-kubeflow"
+
+# --- Lease -------------------------------------------------------------------------------
+CONTROLLER_NAMESPACE: Final = "dispatch-system"
+LEASE_NAME: Final = "dispatch-admission"
+
+# --- Trainer / JobSet ------------------------------------------------------------------
+TRAINER_GROUP: Final = "trainer.kubeflow.org"
+TRAINER_VERSION: Final = "v1alpha1"
+JOBSET_GROUP: Final = "jobset.x-k8s.io"
+JOBSET_VERSION: Final = "v1alpha2"
+KIND_CLUSTER_TRAINING_RUNTIME: Final = "ClusterTrainingRuntime"
+KIND_TRAINING_RUNTIME: Final = "TrainingRuntime"
+JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
+RESTART_ATTEMPT_LABEL: Final = "jobset.sigs.k8s.io/restart-attempt"
+COMPLETION_INDEX_LABEL: Final = "batch.kubernetes.io/job-completion-index"
+TRAINER_CONTAINER: Final = "node"
+
+# --- dispatch labels (TrainJob, runtime copy, JobSet template, pods) --------------------
+JOB_ID_LABEL: Final = f"{DOMAIN}/job-id"
+SUBMISSION_LABEL: Final = f"{DOMAIN}/submission"
+ATTEMPT_LABEL: Final = f"{DOMAIN}/attempt"
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "dispatch-kubeflow"
+
+# --- dispatch annotations ---------------------------------------------------------------
+ADMISSION_COUNT: Final = f"{DOMAIN}/admission-count"
+"""A: how many times the job has been admitted; on the TrainJob."""
+ADMISSION_TOKEN: Final = f"{DOMAIN}/admission-token"
+"""Which admission raised A last, so a new leader never raises it twice."""
+SPEC_HASH: Final = f"{DOMAIN}/spec-hash"
+STOP_REASON: Final = f"{DOMAIN}/stop-reason"
+HOLD_INSTANCE: Final = f"{DOMAIN}/hold-instance"
+HOLD_SINCE: Final = f"{DOMAIN}/hold-since"
+HOLD_WHO: Final = f"{DOMAIN}/hold-who"
+HOLD_UNTIL: Final = f"{DOMAIN}/hold-until"
+HOLD_REASON: Final = f"{DOMAIN}/hold-reason"
+HOLD_ANNOTATIONS: Final = (HOLD_INSTANCE, HOLD_SINCE, HOLD_WHO, HOLD_UNTIL, HOLD_REASON)
+
+# --- execution identity environment -------------------------------------------------------
+ENV_JOB_ID: Final = "DISPATCH_JOB_ID"
+ENV_SUBMISSION: Final = "DISPATCH_SUBMISSION"
+ENV_ATTEMPT: Final = "DISPATCH_ATTEMPT"
+ENV_EPOCH: Final = "DISPATCH_EPOCH"
+IDENTITY_ENV: Final = (ENV_JOB_ID, ENV_SUBMISSION, ENV_ATTEMPT, ENV_EPOCH)
+
+WEBHOOK_NAME: Final = f"identity.{DOMAIN}"
+WEBHOOK_CONFIGURATION: Final = "dispatch-admission"
+
+
+def trainjob_name(job_id: str, submission: int) -> str:
+    """The TrainJob (and runtime copy, and JobSet) name: ``dj-<lowercase job id>-s<n>``."""
+    return f"dj-{job_id.lower()}-s{submission}"

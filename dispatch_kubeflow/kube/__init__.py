@@ -1,0 +1,10 @@
+"""The Kubernetes port: one transport owns all I/O with the API server.
+
+Everything else (the library and the admission controller) talks to Kubernetes through
+:class:`Kube` and the :mod:`resources <dispatch_kubeflow.kube.resources>` descriptors.
+"""
+
+from dispatch_kubeflow.kube.resources import Resource
+from dispatch_kubeflow.kube.transport import Kube, WatchEvent
+
+__all__ = ["Kube", "Resource", "WatchEvent"]

@@ -1,0 +1,310 @@
+"""The transport: every request to the API server goes through :class:`Kube`.
+
+It speaks JSON dictionaries (the objects as the server sends them), maps error statuses to
+:mod:`dispatch_kubeflow.errors`, counts requests (for the benchmarks), and offers watches
+that survive expiry (410) and stalls by listing again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.kube.resources import SELF_SUBJECT_ACCESS_REVIEW, Resource
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+PatchKind = Literal["merge", "json", "strategic", "apply"]
+_CONTENT_TYPES: dict[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One watch event: ADDED, MODIFIED, DELETED, or SYNC (a fresh list, in ``items``)."""
+
+    type: str
+    object: Obj
+    items: tuple[Obj, ...] = ()
+
+
+class Kube:
+    """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
+
+    def __init__(self, api: k8s_client.ApiClient, *, request_timeout: float = 10.0) -> None:
+        self._api = api
+        self.request_timeout = request_timeout
+        self.requests = 0
+        """How many requests were sent (benchmarks read it)."""
+
+    # --- opening ------------------------------------------------------------------------
+    @classmethod
+    async def connect(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        in_cluster: bool = False,
+        request_timeout: float = 10.0,
+    ) -> Kube:
+        """Open from a kubeconfig file (and context) or the pod's service account."""
+        cfg = k8s_client.Configuration()
+        try:
+            if in_cluster:
+                k8s_config.load_incluster_config(client_configuration=cfg)
+            else:
+                await k8s_config.load_kube_config(
+                    config_file=kubeconfig, context=context, client_configuration=cfg
+                )
+        except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+            where = "the in-cluster service account" if in_cluster else (kubeconfig or "~/.kube/config")
+            raise errors.SettingsError(
+                f"cluster: cannot load {where}: {exc}", field="cluster"
+            ) from exc
+        return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def __aenter__(self) -> Kube:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def host(self) -> str:
+        return str(self._api.configuration.host)
+
+    # --- the one request path -----------------------------------------------------------
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | aiohttp.ClientTimeout | None = None,
+        stream: bool = False,
+    ) -> Any:
+        headers: dict[str, str] = {"Accept": "application/json", "Content-Type": content_type}
+        queries: list[tuple[str, Any]] = []
+        self._api.update_params_for_auth(headers, queries, ["BearerToken"])
+        params = [(k, _q(v)) for k, v in (query or {}).items() if v is not None] + queries
+        url = self._api.configuration.host + path
+        if timeout is None:
+            timeout = self.request_timeout
+        self.requests += 1
+        try:
+            resp = await self._api.rest_client.request(
+                method, url, query_params=params, headers=headers, body=body,
+                _preload_content=False, _request_timeout=timeout,
+            )
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise errors.KubeError(f"{method} {path}: {exc!r}", status=0,
+                                   reason="Unreachable") from exc
+        if not 200 <= resp.status <= 299:
+            raw = await resp.read()
+            resp.release()
+            try:
+                status_body = json.loads(raw) if raw else {}
+            except ValueError:
+                status_body = {"message": raw.decode(errors="replace")}
+            raise errors.kube_error(resp.status, status_body, f"{method} {path}")
+        if stream:
+            return resp
+        raw = await resp.read()
+        resp.release()
+        return json.loads(raw) if raw else {}
+
+    # --- verbs ---------------------------------------------------------------------------
+    async def get(self, res: Resource, name: str, namespace: str | None = None,
+                  *, subresource: str | None = None) -> Obj:
+        obj: Obj = await self._send("GET", res.path(namespace, name, subresource))
+        return obj
+
+    async def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        try:
+            return await self.get(res, name, namespace)
+        except errors.KubeNotFound:
+            return None
+
+    async def list(self, res: Resource, namespace: str | None = None, *,
+                   label_selector: str | None = None,
+                   field_selector: str | None = None) -> tuple[list[Obj], str]:
+        """All items (following ``continue``) and the list's resourceVersion."""
+        items: list[Obj] = []
+        cont: str | None = None
+        while True:
+            page = await self._send("GET", res.path(namespace), query={
+                "labelSelector": label_selector, "fieldSelector": field_selector,
+                "limit": 500, "continue": cont,
+            })
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", res.api_version)
+                item.setdefault("kind", res.kind)
+                items.append(item)
+            cont = (page.get("metadata") or {}).get("continue")
+            if not cont:
+                return items, str((page.get("metadata") or {}).get("resourceVersion", ""))
+
+    async def create(self, res: Resource, body: Obj, namespace: str | None = None, *,
+                     dry_run: bool = False, field_manager: str | None = None) -> Obj:
+        body = {"apiVersion": res.api_version, "kind": res.kind, **body}
+        obj: Obj = await self._send("POST", res.path(namespace), body=body, query={
+            "dryRun": "All" if dry_run else None, "fieldManager": field_manager})
+        return obj
+
+    async def replace(self, res: Resource, body: Obj, namespace: str | None = None, *,
+                      subresource: str | None = None) -> Obj:
+        name = body["metadata"]["name"]
+        obj: Obj = await self._send("PUT", res.path(namespace, name, subresource), body=body)
+        return obj
+
+    async def patch(self, res: Resource, name: str, patch: Any, namespace: str | None = None,
+                    *, kind: PatchKind = "merge", subresource: str | None = None,
+                    field_manager: str | None = None, force: bool = False) -> Obj:
+        """PATCH with the given content type. ``apply`` is server-side apply."""
+        if kind == "apply" and not field_manager:
+            raise ValueError("server-side apply needs a field manager")
+        obj: Obj = await self._send(
+            "PATCH", res.path(namespace, name, subresource), body=patch,
+            content_type=_CONTENT_TYPES[kind],
+            query={"fieldManager": field_manager, "force": "true" if force else None},
+        )
+        return obj
+
+    async def delete(self, res: Resource, name: str, namespace: str | None = None, *,
+                     uid: str | None = None, propagation: str = "Background",
+                     grace_period: int | None = None) -> Obj | None:
+        """Delete, optionally only the object with this UID. None when it was already gone."""
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1",
+                     "propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        if grace_period is not None:
+            body["gracePeriodSeconds"] = grace_period
+        try:
+            obj: Obj = await self._send("DELETE", res.path(namespace, name), body=body)
+        except errors.KubeNotFound:
+            return None
+        return obj
+
+    # --- watches -------------------------------------------------------------------------
+    async def watch(self, res: Resource, namespace: str | None = None, *,
+                    resource_version: str = "", label_selector: str | None = None,
+                    field_selector: str | None = None,
+                    timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
+        """Raw watch from a resourceVersion. Raises KubeGone when it expired."""
+        resp = await self._send(
+            "GET", res.path(namespace), stream=True,
+            query={"watch": "true", "resourceVersion": resource_version or None,
+                   "allowWatchBookmarks": "true", "labelSelector": label_selector,
+                   "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds},
+            timeout=aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_read=timeout_seconds + 30),
+        )
+        try:
+            while True:
+                line = await resp.content.readline()
+                if not line:
+                    return
+                ev = json.loads(line)
+                typ, obj = ev.get("type", ""), ev.get("object") or {}
+                if typ == "ERROR":
+                    raise errors.kube_error(int(obj.get("code") or 500), obj, "watch error")
+                if typ == "BOOKMARK":
+                    continue
+                obj.setdefault("apiVersion", res.api_version)
+                obj.setdefault("kind", res.kind)
+                yield WatchEvent(typ, obj)
+        finally:
+            resp.release()
+
+    async def observe(self, res: Resource, namespace: str | None = None, *,
+                      label_selector: str | None = None,
+                      field_selector: str | None = None,
+                      timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
+        """List, then watch; yields a SYNC event with every list and re-lists on 410.
+
+        The stream never ends by itself: cancel the consumer to stop it.
+        """
+        backoff = 0.2
+        while True:
+            try:
+                items, rv = await self.list(res, namespace, label_selector=label_selector,
+                                            field_selector=field_selector)
+                yield WatchEvent("SYNC", {}, tuple(items))
+                backoff = 0.2
+                while True:
+                    async for ev in self.watch(res, namespace, resource_version=rv,
+                                               label_selector=label_selector,
+                                               field_selector=field_selector,
+                                               timeout_seconds=timeout_seconds):
+                        rv = str(ev.object.get("metadata", {}).get("resourceVersion", rv))
+                        yield ev
+            except errors.KubeGone:
+                log.debug("watch of %s expired; listing again", res.plural)
+            except errors.KubeError as exc:
+                if exc.status in (401, 403, 404):
+                    raise
+                log.warning("watch of %s failed: %s; retrying in %.1fs", res.plural, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    # --- special endpoints ---------------------------------------------------------------
+    async def served_versions(self, group: str) -> list[str]:
+        """The versions the server serves for an API group ([] when the group is absent)."""
+        try:
+            doc = await self._send("GET", f"/apis/{group}")
+        except errors.KubeNotFound:
+            return []
+        return [str(v.get("version")) for v in doc.get("versions") or []]
+
+    async def access_review(self, verb: str, resource: str, *, group: str = "",
+                            namespace: str | None = None, subresource: str | None = None,
+                            name: str | None = None) -> tuple[bool, str]:
+        """Ask whether the caller may do ``verb`` on ``resource`` (SelfSubjectAccessReview)."""
+        attrs = {k: v for k, v in {
+            "verb": verb, "group": group, "resource": resource, "namespace": namespace,
+            "subresource": subresource, "name": name}.items() if v}
+        out = await self.create(SELF_SUBJECT_ACCESS_REVIEW, {"spec": {"resourceAttributes": attrs}})
+        status = out.get("status") or {}
+        return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
+
+    async def pod_log(self, name: str, namespace: str, *, container: str | None = None,
+                      follow: bool = False, stream: str | None = None,
+                      timeout: float | None = None) -> AsyncIterator[bytes]:
+        """A pod's log as chunks. ``stream`` is Stdout / Stderr / All where the server splits."""
+        resp = await self._send(
+            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", stream=True,
+            query={"container": container, "follow": "true" if follow else None,
+                   "stream": stream},
+            timeout=aiohttp.ClientTimeout(total=timeout, sock_read=None) if follow
+            else self.request_timeout,
+        )
+        try:
+            async for chunk in resp.content.iter_any():
+                yield chunk
+        finally:
+            resp.release()
+
+
+def _q(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
