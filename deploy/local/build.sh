@@ -7,8 +7,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=deploy/local/lib.sh
 . "$here/lib.sh"
 
+# Cold build times, for bench/cluster.py.
+record_time() { printf '%s\t%s\t%s\n' "$1" "$2" "$(date -u +%FT%TZ)" >> "$CACHE/build-times.tsv"; }
+
 build_kubernetes() {
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubelet) missing=() b
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl) missing=() b
   for b in "${want[@]}"; do
     if ! have_bin "$b"; then missing+=("$b"); fi
   done
@@ -26,12 +29,15 @@ build_kubernetes() {
     awk -v v="$staging" '$2=="=>" && $3 ~ /^\.\/staging/ {print "replace " $1 " => " $1 " " v}' "$kgomod"
   } > "$mod/go.mod"
   printf 'package kubebuild\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver/app"\n' > "$mod/tools.go"
-  (cd "$mod" && go mod tidy >/dev/null 2>&1 || true)
   (cd "$mod" && go get "k8s.io/kubernetes@$KUBERNETES_VERSION" >/dev/null && go mod tidy)
   for b in "${missing[@]}"; do
     log "building $b $KUBERNETES_VERSION"
+    local t=$SECONDS
     (cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION" \
-       -o "$(bin_path "$b").tmp" "k8s.io/kubernetes/cmd/$b") && mv "$(bin_path "$b").tmp" "$(bin_path "$b")"
+       -o "$(bin_path "$b").tmp" "k8s.io/kubernetes/cmd/$b") \
+      || die "building $b failed"
+    mv "$(bin_path "$b").tmp" "$(bin_path "$b")"
+    record_time "$b" $((SECONDS - t))
   done
 }
 
@@ -39,13 +45,17 @@ build_module_bin() { # name module@version package
   local name=$1 modver=$2 pkg=$3
   have_bin "$name" && return 0
   log "building $name ($modver)"
+  local t=$SECONDS
   local mod="$CACHE/src/$name"
   mkdir -p "$mod"
   printf 'module local.invalid/%s\n\ngo 1.26.0\n' "$name" > "$mod/go.mod"
   printf 'package tools\n\nimport _ "%s"\n' "$pkg" > "$mod/tools.go"
-  (cd "$mod" && go get "$modver" && go mod tidy >/dev/null 2>&1 || true)
+  (cd "$mod" && go get "$modver" >/dev/null 2>&1) || die "go get $modver failed"
+  (cd "$mod" && go mod tidy >/dev/null 2>&1) || die "go mod tidy for $name failed"
   (cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$(bin_path "$name").tmp" "$pkg") \
-    && mv "$(bin_path "$name").tmp" "$(bin_path "$name")"
+    || die "building $name failed"
+  mv "$(bin_path "$name").tmp" "$(bin_path "$name")"
+  record_time "$name" $((SECONDS - t))
 }
 
 main() {

@@ -1,0 +1,52 @@
+# The README's two commands live here: `make demo` and `make test`.
+SHELL := /bin/bash
+CLUSTER ?= dk
+KUBECONFIG_LOCAL ?= /tmp/$(CLUSTER).kubeconfig
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test venv lint unit cluster-up cluster-down docs bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+## demo: build and start the local cluster and the admission controller, run the tutorial,
+## stop what it started.
+demo: venv
+	deploy/local/demo.sh $(CLUSTER) $(KUBECONFIG_LOCAL)
+
+## test: lint, unit tests, then every cluster test against the local cluster (started and
+## stopped here) or the cluster named by $$KUBECONFIG.
+test: venv lint
+	$(PY) -m pytest tests/unit
+	$(PY) -m pytest -m machine tests/cluster
+	$(PY) -m pytest -m 'not machine' tests/cluster
+
+lint: venv
+	$(VENV)/bin/ruff check dispatch_kubeflow admission tests bench examples
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	shellcheck -x deploy/local/*.sh deploy/kind/*.sh .ci/run
+
+unit: venv
+	$(PY) -m pytest tests/unit
+
+cluster-up: venv
+	deploy/local/up.sh $(CLUSTER) $(KUBECONFIG_LOCAL)
+
+cluster-down:
+	deploy/local/down.sh $(CLUSTER)
+
+docs: venv
+	$(VENV)/bin/mkdocs build --strict
+
+bench: venv
+	$(PY) bench/cluster.py
+
+clean:
+	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache

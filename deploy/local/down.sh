@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Stop a local cluster and put the machine back as it was: down.sh NAME
+# Stops every process, unmounts what the nodes mounted, removes the bridges, the kubelet's
+# iptables chains, the state, and restores the kernel settings the kubelet changed.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=deploy/local/lib.sh
+. "$here/lib.sh"
+[ $# -eq 1 ] && [[ $1 =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || { echo "usage: $0 NAME" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || die "must run as root"
+CLUSTER_NAME=$1
+cluster_dirs "$CLUSTER_NAME"
+
+kill_tree() { # SIGNAL PID...: the processes and everything in their sessions
+  local sig=$1; shift
+  local p
+  for p in "$@"; do
+    pkill "-$sig" -s "$p" 2>/dev/null
+    kill "-$sig" "$p" 2>/dev/null
+  done
+}
+
+stop_pids() { # NAME...: TERM, then KILL what is left after 10 s
+  local pids=() n f
+  for n in "$@"; do
+    f="$STATE/pids/$n"
+    [ -f "$f" ] && pids+=("$(cat "$f")")
+  done
+  [ ${#pids[@]} -eq 0 ] && return 0
+  kill_tree TERM "${pids[@]}"
+  for _ in $(seq 50); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.2
+  done
+  kill_tree CONT "${pids[@]}"   # a paused node cannot take TERM
+  kill_tree KILL "${pids[@]}"
+  for n in "$@"; do rm -f "$STATE/pids/$n"; done
+}
+
+if [ -d "$STATE" ] || [ -d "$RUN" ]; then
+  log "stopping cluster $CLUSTER_NAME"
+  # Thaw paused nodes first, or their processes cannot die.
+  for fz in /sys/fs/cgroup/freezer/dispatch-"$CLUSTER_NAME"-worker*; do
+    [ -f "$fz/freezer.state" ] && echo THAWED > "$fz/freezer.state" 2>/dev/null
+  done
+  stop_pids jobset kueue trainer
+  for f in "$STATE"/pids/kubelet-*; do [ -e "$f" ] && stop_pids "$(basename "$f")"; done
+  # The containers: kill the shims of this cluster's containerds (they take the pods with them).
+  for sock in "$RUN"/*/containerd.sock; do
+    [ -S "$sock" ] || continue
+    pkill -KILL -f "containerd-shim-runc-v2 -namespace k8s.io .*-address $sock" 2>/dev/null
+  done
+  for f in "$STATE"/pids/containerd-*; do [ -e "$f" ] && stop_pids "$(basename "$f")"; done
+  # Anything still running from this cluster's directories (shims, pods' processes).
+  for d in "$STATE" "$RUN"; do pkill -KILL -f -- "$d/" 2>/dev/null; done
+  stop_pids kube-scheduler kube-controller-manager kube-apiserver etcd
+  for f in "$STATE"/pids/*; do [ -e "$f" ] && stop_pids "$(basename "$f")"; done
+
+  # Mounts below the cluster's directories, deepest first (the kubelet bind-mounts its root,
+  # pods' volumes are tmpfs, containerd mounts overlays and shm).
+  for _ in 1 2 3; do
+    mapfile -t mounts < <(awk -v s="$STATE/" -v r="$RUN/" -v s0="$STATE" -v r0="$RUN" \
+      'index($5, s) == 1 || index($5, r) == 1 || $5 == s0 || $5 == r0 {print $5}' /proc/self/mountinfo | sort -r)
+    [ ${#mounts[@]} -eq 0 ] && break
+    for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+  done
+
+  # Network namespaces the CNI plugins made for pods (their veths go with them).
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+    grep -qx "netns $ns" "$STATE_ROOT/machine.before" 2>/dev/null && continue
+    case $ns in cni-*) ip netns delete "$ns" 2>/dev/null ;; esac
+  done
+  for br in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep "^dk-$CLUSTER_NAME-"); do
+    ip link delete "$br" 2>/dev/null
+  done
+
+  # cgroups of the nodes' pods, deepest first.
+  for ctl in /sys/fs/cgroup/*/; do
+    for root in "$ctl"dispatch-"$CLUSTER_NAME"-worker*; do
+      [ -d "$root" ] || continue
+      find "$root" -depth -type d -exec rmdir {} \; 2>/dev/null
+    done
+  done
+  rm -rf "$STATE" "$RUN"
+  log "cluster $CLUSTER_NAME stopped"
+else
+  log "cluster $CLUSTER_NAME is not running"
+fi
+
+# The machine-wide changes are undone when the last cluster is gone.
+if [ -f "$STATE_ROOT/machine.before" ] && [ -z "$(find "$STATE_ROOT" -mindepth 1 -maxdepth 1 -type d 2>/dev/null)" ]; then
+  # The kubelet's iptables chains, in both back ends.
+  for ipt in iptables ip6tables iptables-legacy ip6tables-legacy iptables-nft ip6tables-nft; do
+    command -v "$ipt" >/dev/null || continue
+    for table in filter nat mangle; do
+      for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+        while "$ipt" -t "$table" -S 2>/dev/null | grep -q -- "-j $chain\b"; do
+          rule=$("$ipt" -t "$table" -S 2>/dev/null | grep -- "-j $chain\b" | head -1 | sed 's/^-A /-D /')
+          # shellcheck disable=SC2086
+          "$ipt" -t "$table" $rule 2>/dev/null || break
+        done
+        "$ipt" -t "$table" -F "$chain" 2>/dev/null
+        "$ipt" -t "$table" -X "$chain" 2>/dev/null
+      done
+    done
+  done
+  while read -r what a b; do
+    case $what in sysctl) sysctl -qw "$a=$b" ;; esac
+  done < "$STATE_ROOT/machine.before"
+  for d in /var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods /var/run/netns /etc/cni /opt/cni; do
+    grep -qx "existed $d" "$STATE_ROOT/machine.before" && continue
+    [ -e "$d" ] || continue
+    awk -v d="$d" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l 2>/dev/null
+    rm -rf "$d"
+  done
+  rm -f "$STATE_ROOT/machine.before"
+  rmdir "$STATE_ROOT" "$RUN_ROOT" 2>/dev/null
+  log "machine settings restored"
+fi
+exit 0

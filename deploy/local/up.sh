@@ -1,0 +1,359 @@
+#!/usr/bin/env bash
+# Start a local Kubernetes cluster with no Docker: up.sh NAME KUBECONFIG
+#
+# Real etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback; two
+# worker nodes NAME-worker and NAME-worker2, each a kubelet with its own containerd and
+# runc on its own bridge; JobSet, Kueue and Trainer controllers with their CRDs, RBAC and
+# webhooks; then deploy/base.yaml. Builds what is missing first (cached outside git).
+# Idempotent: with the cluster running it rewrites KUBECONFIG and returns.
+# Undo everything with down.sh NAME.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=deploy/local/lib.sh
+. "$here/lib.sh"
+
+usage() {
+  cat >&2 <<EOF
+usage: $0 NAME KUBECONFIG
+  NAME        cluster name (letters, digits and '-', at most 20 characters); nodes are
+              NAME-worker and NAME-worker2
+  KUBECONFIG  where to write the admin kubeconfig
+EOF
+  exit 2
+}
+[ $# -eq 2 ] || usage
+CLUSTER_NAME=$1
+KUBECONFIG_OUT=$2
+[[ $CLUSTER_NAME =~ ^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?$ ]] || { echo "error: bad NAME '$CLUSTER_NAME'" >&2; usage; }
+[ -n "$KUBECONFIG_OUT" ] || usage
+[ "$(id -u)" = 0 ] || die "must run as root: it starts kubelets, mounts, bridges and iptables chains"
+cluster_dirs "$CLUSTER_NAME"
+NODES=("$CLUSTER_NAME-worker" "$CLUSTER_NAME-worker2")
+node_ip() { echo "$NODE_SUBNET_PREFIX.$(( $1 + 1 )).1"; }   # index 0 -> .1.1
+export PATH="$CACHE/bin:$PATH"
+
+write_kubeconfig() { # OUT USER CERT KEY
+  local out=$1 user=$2 crt=$3 key=$4
+  mkdir -p "$(dirname "$out")"
+  cat > "$out.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: $CLUSTER_NAME
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 < "$STATE/pki/ca.crt")
+users:
+- name: $user
+  user:
+    client-certificate-data: $(base64 -w0 < "$crt")
+    client-key-data: $(base64 -w0 < "$key")
+contexts:
+- name: $CLUSTER_NAME
+  context: {cluster: $CLUSTER_NAME, user: $user}
+current-context: $CLUSTER_NAME
+EOF
+  chmod 600 "$out.tmp"
+  mv "$out.tmp" "$out"
+}
+
+kctl() { "$(resolve_bin kubectl)" --kubeconfig "$STATE/admin.kubeconfig" "$@"; }
+
+already_up() {
+  [ -f "$STATE/admin.kubeconfig" ] && proc_alive kube-apiserver && admin_curl /readyz >/dev/null \
+    && [ -f "$STATE/ready" ]
+}
+
+if already_up; then
+  cp "$STATE/admin.kubeconfig" "$KUBECONFIG_OUT.tmp" && mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"
+  log "cluster $CLUSTER_NAME is already up; kubeconfig written to $KUBECONFIG_OUT"
+  exit 0
+fi
+if [ -d "$STATE" ]; then
+  log "cluster $CLUSTER_NAME is half up; taking it down first"
+  "$here/down.sh" "$CLUSTER_NAME"
+fi
+
+t0=$SECONDS
+"$here/deps.sh"
+"$here/build.sh"
+
+for p in "$ETCD_PORT" "$APISERVER_PORT" "$KCM_PORT" "$SCHED_PORT" "$JOBSET_WEBHOOK_PORT" \
+         "$KUEUE_WEBHOOK_PORT" "$TRAINER_WEBHOOK_PORT" "$JOBSET_HEALTH_PORT" "$KUEUE_HEALTH_PORT" \
+         "$TRAINER_HEALTH_PORT" "$TRAINER_STATUS_PORT"; do
+  port_free "$p" || die "port 127.0.0.1:$p is in use: stop what holds it, or set the port's variable (see deploy/local/lib.sh)"
+done
+for i in "${!NODES[@]}"; do
+  ip link show "dk-$CLUSTER_NAME-$i" >/dev/null 2>&1 && die "bridge dk-$CLUSTER_NAME-$i exists: run down.sh $CLUSTER_NAME"
+done
+
+mkdir -p "$STATE" "$RUN" "$STATE/logs"
+# --- what the machine was like before: down.sh puts it back --------------------------------
+if [ ! -f "$STATE_ROOT/machine.before" ]; then
+  mkdir -p "$STATE_ROOT"
+  {
+    for s in vm.overcommit_memory kernel.panic kernel.panic_on_oops; do
+      echo "sysctl $s $(sysctl -n "$s")"
+    done
+    for d in /var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods /var/run/netns /etc/cni /opt/cni; do
+      [ -e "$d" ] && echo "existed $d"
+    done
+    ip netns list 2>/dev/null | awk '{print "netns " $1}'
+  } > "$STATE_ROOT/machine.before.tmp"
+  mv "$STATE_ROOT/machine.before.tmp" "$STATE_ROOT/machine.before"
+fi
+
+# --- images --------------------------------------------------------------------------------
+mkdir -p "$CACHE/images"
+if [ ! -f "$CACHE/images/pause.tar" ] || [ "$here/pause.c" -nt "$CACHE/images/pause.tar" ]; then
+  gcc -static -O2 -o "$CACHE/images/pause" "$here/pause.c" || fail images "" "building the pause binary failed (needs gcc and libc6-dev)"
+  python3 "$here/mkimage.py" pause "$CACHE/images/pause.tar" "$CACHE/images/pause"
+fi
+if [ ! -f "$CACHE/images/busybox.tar" ] || [ "$here/mkimage.py" -nt "$CACHE/images/busybox.tar" ]; then
+  python3 "$here/mkimage.py" busybox "$CACHE/images/busybox.tar"
+fi
+
+# --- certificates ----------------------------------------------------------------------------
+ips=()
+for i in "${!NODES[@]}"; do ips+=("$(node_ip "$i")"); done
+"$here/pki.sh" "$STATE/pki" "$CLUSTER_NAME" "${ips[@]}"
+P=$STATE/pki
+write_kubeconfig "$STATE/admin.kubeconfig" admin "$P/admin.crt" "$P/admin.key"
+write_kubeconfig "$STATE/controller-manager.kubeconfig" kcm "$P/controller-manager.crt" "$P/controller-manager.key"
+write_kubeconfig "$STATE/scheduler.kubeconfig" sched "$P/scheduler.crt" "$P/scheduler.key"
+for c in jobset kueue trainer; do write_kubeconfig "$STATE/$c.kubeconfig" "$c" "$P/$c.crt" "$P/$c.key"; done
+
+# --- etcd ------------------------------------------------------------------------------------
+ETCD=$(resolve_bin etcd || command -v etcd) || fail etcd "" "no etcd binary (install Debian's etcd-server or set KUBEBUILDER_ASSETS)"
+log "starting etcd"
+start_proc etcd "$STATE/logs/etcd.log" "$ETCD" --name "$CLUSTER_NAME" --data-dir "$STATE/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+  --initial-cluster "$CLUSTER_NAME=http://127.0.0.1:$((ETCD_PORT + 1))" \
+  --quota-backend-bytes 4294967296 --snapshot-count 10000
+wait_until etcd "$STATE/logs/etcd.log" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+
+# --- kube-apiserver ----------------------------------------------------------------------------
+log "starting kube-apiserver"
+start_proc kube-apiserver "$STATE/logs/kube-apiserver.log" "$(resolve_bin kube-apiserver)" \
+  --etcd-servers "http://127.0.0.1:$ETCD_PORT" --etcd-prefix "/dispatch-local" \
+  --bind-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+  --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
+  --service-cluster-ip-range 10.96.0.0/16 \
+  --client-ca-file "$P/ca.crt" --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" \
+  --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+  --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$P/sa.pub" \
+  --service-account-signing-key-file "$P/sa.key" --api-audiences https://kubernetes.default.svc \
+  --kubelet-client-certificate "$P/apiserver-kubelet-client.crt" \
+  --kubelet-client-key "$P/apiserver-kubelet-client.key" \
+  --kubelet-preferred-address-types InternalIP,Hostname \
+  --allow-privileged true --profiling false --v 1
+wait_until kube-apiserver "$STATE/logs/kube-apiserver.log" 90 admin_curl /readyz
+
+# --- controller-manager and scheduler -----------------------------------------------------------
+log "starting kube-controller-manager and kube-scheduler"
+start_proc kube-controller-manager "$STATE/logs/kube-controller-manager.log" "$(resolve_bin kube-controller-manager)" \
+  --kubeconfig "$STATE/controller-manager.kubeconfig" \
+  --authentication-kubeconfig "$STATE/controller-manager.kubeconfig" \
+  --authorization-kubeconfig "$STATE/controller-manager.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
+  --controllers garbage-collector-controller,job-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,node-lifecycle-controller,root-ca-certificate-publisher-controller,pod-garbage-collector-controller,taint-eviction-controller \
+  --use-service-account-credentials --root-ca-file "$P/ca.crt" \
+  --service-account-private-key-file "$P/sa.key" \
+  --node-monitor-grace-period 20s --v 1
+start_proc kube-scheduler "$STATE/logs/kube-scheduler.log" "$(resolve_bin kube-scheduler)" \
+  --kubeconfig "$STATE/scheduler.kubeconfig" \
+  --authentication-kubeconfig "$STATE/scheduler.kubeconfig" \
+  --authorization-kubeconfig "$STATE/scheduler.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --v 1
+wait_until kube-controller-manager "$STATE/logs/kube-controller-manager.log" 60 \
+  curl -skf "https://127.0.0.1:$KCM_PORT/healthz"
+wait_until kube-scheduler "$STATE/logs/kube-scheduler.log" 60 curl -skf "https://127.0.0.1:$SCHED_PORT/healthz"
+
+# --- worker nodes ------------------------------------------------------------------------------
+mem_total_mb=$(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo)
+reserved_mb=$(( mem_total_mb > NODE_MEMORY_MB ? mem_total_mb - NODE_MEMORY_MB : 0 ))
+for i in "${!NODES[@]}"; do
+  node=${NODES[$i]} ip=$(node_ip "$i") br="dk-$CLUSTER_NAME-$i"
+  N=$STATE/nodes/$node R=$RUN/$node
+  mkdir -p "$N/containerd" "$N/kubelet" "$N/cni/net.d" "$N/cni/cache" "$N/cni/ipam" "$N/pod-logs" "$R"
+  log "starting node $node ($ip on bridge $br)"
+  # A bridge of its own: pods get addresses in NODE_SUBNET_PREFIX.(i+1).0/24 that stay on
+  # this machine (no gateway, no masquerade, no forwarding).
+  ip link add "$br" type bridge
+  ip addr add "$ip/24" dev "$br"
+  ip link set "$br" up
+  cat > "$N/cni/net.d/10-dispatch.conflist" <<EOF
+{"cniVersion": "0.4.0", "name": "dispatch-$node", "plugins": [
+  {"type": "bridge", "bridge": "$br", "isGateway": false, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$N/cni/ipam",
+            "ranges": [[{"subnet": "${ip%.1}.0/24", "rangeStart": "${ip%.1}.10", "rangeEnd": "${ip%.1}.250"}]]}},
+  {"type": "loopback"}]}
+EOF
+  cat > "$N/containerd.toml" <<EOF
+version = 2
+root = "$N/containerd/root"
+state = "$R/containerd"
+[grpc]
+  address = "$R/containerd.sock"
+[ttrpc]
+  address = "$R/containerd.sock.ttrpc"
+[debug]
+  level = "warn"
+[metrics]
+  address = ""
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/pause:dispatch"
+  # No CAP_SYS_RESOURCE here: without this every sandbox fails to start.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$N/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$N/containerd/opt"
+EOF
+  start_proc "containerd-$node" "$STATE/logs/containerd-$node.log" containerd --config "$N/containerd.toml"
+  wait_until "containerd-$node" "$STATE/logs/containerd-$node.log" 30 \
+    ctr --address "$R/containerd.sock" version
+  for img in pause busybox; do
+    ctr --address "$R/containerd.sock" -n k8s.io images import --no-unpack=false \
+      "$CACHE/images/$img.tar" >>"$STATE/logs/containerd-$node.log" 2>&1 \
+      || fail "containerd-$node" "$STATE/logs/containerd-$node.log" "importing the $img image failed"
+  done
+  write_kubeconfig "$N/kubelet.kubeconfig" "$node" "$P/node-$node.crt" "$P/node-$node.key"
+  cat > "$N/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $ip
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: $ip
+healthzPort: 10248
+tlsCertFile: $P/kubelet-$node.crt
+tlsPrivateKeyFile: $P/kubelet-$node.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $P/ca.crt}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://$R/containerd.sock
+cgroupDriver: cgroupfs
+cgroupRoot: /dispatch-$node
+cgroupsPerQOS: true
+# This machine has cgroup v1 and no swap accounting.
+failCgroupV1: false
+failSwapOn: false
+podLogsDir: $N/pod-logs
+resolvConf: ""
+staticPodPath: ""
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+# Offer pods NODE_MEMORY_MB like the seed's memory-capped node containers.
+systemReserved: {memory: "${reserved_mb}Mi"}
+enforceNodeAllocatable: [pods]
+maxPods: 50
+nodeStatusUpdateFrequency: 4s
+syncFrequency: 10s
+shutdownGracePeriod: 0s
+EOF
+  start_proc "kubelet-$node" "$STATE/logs/kubelet-$node.log" "$(resolve_bin kubelet)" \
+    --config "$N/kubelet.yaml" --kubeconfig "$N/kubelet.kubeconfig" \
+    --root-dir "$N/kubelet" --cert-dir "$N/kubelet/pki" --hostname-override "$node" \
+    --node-ip "$ip" --node-labels "dispatch.phpboyscout.uk/local-node=true" --v 1
+done
+for node in "${NODES[@]}"; do
+  wait_until "kubelet-$node" "$STATE/logs/kubelet-$node.log" 90 \
+    sh -c "'$(resolve_bin kubectl)' --kubeconfig '$STATE/admin.kubeconfig' get node '$node' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+done
+
+# --- JobSet, Kueue and Trainer ------------------------------------------------------------------
+log "installing JobSet $JOBSET_VERSION, Kueue $KUEUE_VERSION and Trainer $TRAINER_VERSION"
+M=$STATE/manifests
+python3 -c 'import yaml' 2>/dev/null || fail manifests "" "python3 lacks PyYAML (run 'make venv' or apt-get install python3-yaml)"
+python3 "$here/manifests.py" "$M" "$P/ca.crt" \
+  "jobset=$(module_dir "sigs.k8s.io/jobset@$JOBSET_VERSION"):$JOBSET_WEBHOOK_PORT" \
+  "kueue=$(module_dir "sigs.k8s.io/kueue@$KUEUE_VERSION"):$KUEUE_WEBHOOK_PORT" \
+  "trainer=$(module_dir "github.com/kubeflow/trainer/v2@$TRAINER_VERSION"):$TRAINER_WEBHOOK_PORT" \
+  || fail manifests "" "could not read the upstream manifests from the module cache"
+for c in jobset kueue trainer; do
+  kctl apply --server-side --force-conflicts -f "$M/$c-crds.yaml" -f "$M/$c-rbac.yaml" >>"$STATE/logs/install.log" 2>&1 \
+    || fail "$c" "$STATE/logs/install.log" "applying its CRDs and RBAC failed"
+done
+kctl create namespace kueue-system >>"$STATE/logs/install.log" 2>&1 || true
+kctl wait --for condition=established --timeout 60s crd --all >>"$STATE/logs/install.log" 2>&1 \
+  || fail crds "$STATE/logs/install.log" "CRDs not established"
+
+C=$STATE/controllers
+mkdir -p "$C/certs"
+cp "$P/webhook.crt" "$C/certs/tls.crt"; cp "$P/webhook.key" "$C/certs/tls.key"
+cat > "$C/jobset.yaml" <<EOF
+apiVersion: config.jobset.x-k8s.io/v1alpha1
+kind: Configuration
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+webhook: {port: $JOBSET_WEBHOOK_PORT, host: 127.0.0.1, certDir: $C/certs}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "127.0.0.1:$JOBSET_HEALTH_PORT"}
+EOF
+cat > "$C/kueue.yaml" <<EOF
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+webhook: {port: $KUEUE_WEBHOOK_PORT, host: 127.0.0.1, certDir: $C/certs}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "127.0.0.1:$KUEUE_HEALTH_PORT"}
+integrations:
+  frameworks: ["batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob"]
+featureGates: {AdmissionGatedBy: true}
+EOF
+cat > "$C/trainer.yaml" <<EOF
+apiVersion: config.trainer.kubeflow.org/v1alpha1
+kind: Configuration
+leaderElection: {leaderElect: false}
+certManagement: {enable: false}
+webhook: {port: $TRAINER_WEBHOOK_PORT, host: 127.0.0.1}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "127.0.0.1:$TRAINER_HEALTH_PORT"}
+statusServer: {port: $TRAINER_STATUS_PORT}
+EOF
+for c in jobset kueue trainer; do
+  # TMPDIR: where controller-runtime looks for serving certificates by default.
+  mkdir -p "$C/$c-tmp/k8s-webhook-server"
+  ln -sfn "$C/certs" "$C/$c-tmp/k8s-webhook-server/serving-certs"
+  start_proc "$c" "$STATE/logs/$c.log" env KUBECONFIG="$STATE/$c.kubeconfig" TMPDIR="$C/$c-tmp" \
+    "$(resolve_bin "$c")" --config "$C/$c.yaml"
+done
+wait_until jobset "$STATE/logs/jobset.log" 90 curl -sf "http://127.0.0.1:$JOBSET_HEALTH_PORT/readyz"
+wait_until kueue "$STATE/logs/kueue.log" 90 curl -sf "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz"
+wait_until trainer "$STATE/logs/trainer.log" 90 curl -sf "http://127.0.0.1:$TRAINER_HEALTH_PORT/readyz"
+for c in jobset kueue trainer; do
+  kctl apply --server-side --force-conflicts -f "$M/$c-webhooks.yaml" >>"$STATE/logs/install.log" 2>&1 \
+    || fail "$c" "$STATE/logs/install.log" "applying its webhook configurations failed"
+done
+
+# --- the objects dispatch needs -------------------------------------------------------------------
+log "applying deploy/base.yaml"
+deadline=$((SECONDS + 60))
+until kctl apply --server-side -f "$repo/deploy/base.yaml" >>"$STATE/logs/install.log" 2>&1; do
+  # The webhooks answer a moment after the controllers report ready.
+  [ $SECONDS -lt $deadline ] || fail base.yaml "$STATE/logs/install.log" "applying deploy/base.yaml failed"
+  sleep 1
+done
+
+touch "$STATE/ready"
+cp "$STATE/admin.kubeconfig" "$KUBECONFIG_OUT.tmp" && mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"
+log "cluster $CLUSTER_NAME is up in $((SECONDS - t0))s; kubeconfig: $KUBECONFIG_OUT"

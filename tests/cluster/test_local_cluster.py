@@ -1,0 +1,229 @@
+"""The local cluster runs what the seed's kind cluster runs: Kueue admits TrainJobs, Trainer
+makes JobSets, the Job controller makes pods, the scheduler places them on real nodes, the
+containers really run, and the garbage collector cleans up."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import resources as r
+from tests.cluster.helpers import (
+    condition,
+    delete_cluster_queue,
+    eventually,
+    is_true,
+    make_queues,
+    pod_log,
+    pods_of,
+    trainjob,
+    workload_of,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="session")]
+
+GATE = "dispatch.phpboyscout.uk/gate"
+
+
+async def test_two_node_trainjob_is_admitted_runs_and_completes(kube: Kube, namespace: str) -> None:
+    await make_queues(kube, namespace)
+    try:
+        tj = await kube.create(r.TRAINJOB, trainjob(
+            "two", 'echo "rank-$JOB_COMPLETION_INDEX says hello"'), namespace)
+
+        wl = await eventually(lambda: workload_of(kube, namespace, tj["metadata"]["uid"]),
+                              30, "Kueue's Workload for the TrainJob")
+        assert [ps["name"] for ps in wl["spec"]["podSets"]] == ["node"]
+
+        async def admitted() -> dict | None:
+            w = await workload_of(kube, namespace, tj["metadata"]["uid"])
+            return w if is_true(w, "Admitted") else None
+
+        await eventually(admitted, 60, "the Workload admitted")
+        await eventually(lambda: kube.get_or_none(r.JOBSET, "two", namespace), 60,
+                         "Trainer's JobSet")
+
+        async def two_succeeded() -> list | None:
+            pods = await pods_of(kube, namespace, "two")
+            done = [p for p in pods if p["status"].get("phase") == "Succeeded"]
+            return pods if len(done) == 2 else None
+
+        pods = await eventually(two_succeeded, 120, "two pods succeeded")
+        nodes = {p["spec"]["nodeName"] for p in pods}
+        assert nodes and all(n.endswith(("-worker", "-worker2")) for n in nodes)
+        logs = sorted([await pod_log(kube, namespace, p["metadata"]["name"]) for p in pods])
+        assert logs == ["rank-0 says hello\n", "rank-1 says hello\n"]
+
+        async def complete() -> dict | None:
+            t = await kube.get(r.TRAINJOB, "two", namespace)
+            return t if is_true(t, "Complete") else None
+
+        await eventually(complete, 60, "the TrainJob Complete")
+    finally:
+        await kube.delete(r.TRAINJOB, "two", namespace)
+        await delete_cluster_queue(kube, namespace)
+
+
+async def test_gated_trainjob_waits_until_the_gate_is_removed(kube: Kube, namespace: str) -> None:
+    await make_queues(kube, namespace)
+    try:
+        tj = await kube.create(r.TRAINJOB, trainjob(
+            "gated", "echo opened", annotations={"kueue.x-k8s.io/admission-gated-by": GATE}),
+            namespace)
+
+        async def gated() -> dict | None:
+            w = await workload_of(kube, namespace, tj["metadata"]["uid"])
+            c = condition(w, "QuotaReserved")
+            return c if c and c["status"] == "False" and c["reason"] == "AdmissionGated" else None
+
+        c = await eventually(gated, 30, "QuotaReserved=False reason AdmissionGated")
+        assert GATE in c["message"]
+        # It stays that way: no admission, no pod, for a while.
+        until = time.monotonic() + 5
+        while time.monotonic() < until:
+            w = await workload_of(kube, namespace, tj["metadata"]["uid"])
+            assert not is_true(w, "QuotaReserved")
+            assert await pods_of(kube, namespace, "gated") == []
+        await kube.patch(r.TRAINJOB, "gated", [
+            {"op": "test", "path": "/metadata/annotations/kueue.x-k8s.io~1admission-gated-by",
+             "value": GATE},
+            {"op": "remove", "path": "/metadata/annotations/kueue.x-k8s.io~1admission-gated-by"},
+        ], namespace, kind="json")
+
+        async def succeeded() -> list | None:
+            pods = await pods_of(kube, namespace, "gated")
+            ok = [p for p in pods if p["status"].get("phase") == "Succeeded"]
+            return ok if len(ok) == 2 else None
+
+        pods = await eventually(succeeded, 120, "the opened job's two pods succeeded")
+        assert await pod_log(kube, namespace, pods[0]["metadata"]["name"]) == "opened\n"
+    finally:
+        await kube.delete(r.TRAINJOB, "gated", namespace)
+        await delete_cluster_queue(kube, namespace)
+
+
+async def test_background_deletion_collects_the_jobset_jobs_and_pods(kube: Kube, namespace: str) -> None:
+    await make_queues(kube, namespace)
+    try:
+        await kube.create(r.TRAINJOB, trainjob(
+            "slow", "trap 'echo got TERM; sleep 6; exit 143' TERM; echo ready; "
+                    "while :; do sleep 1; done"), namespace)
+
+        async def running() -> list | None:
+            pods = await pods_of(kube, namespace, "slow")
+            up = [p for p in pods if p["status"].get("phase") == "Running"]
+            return up if len(up) == 2 else None
+
+        await eventually(running, 120, "two running pods")
+
+        async def printed_ready() -> bool:
+            pods = await pods_of(kube, namespace, "slow")
+            return all("ready" in await pod_log(kube, namespace, p["metadata"]["name"]) for p in pods)
+
+        await eventually(printed_ready, 30, "the trap installed")
+        deleted_at = time.monotonic()
+        await kube.delete(r.TRAINJOB, "slow", namespace, propagation="Background")
+        assert await kube.get_or_none(r.TRAINJOB, "slow", namespace) is None
+
+        async def terminating() -> list | None:
+            pods = await pods_of(kube, namespace, "slow")
+            t = [p for p in pods if p["metadata"].get("deletionTimestamp")]
+            return t if len(t) == 2 else None
+
+        await eventually(terminating, 30, "both pods terminating")
+
+        async def all_gone() -> bool:
+            js = await kube.get_or_none(r.JOBSET, "slow", namespace)
+            jobs, _ = await kube.list(r.JOB, namespace,
+                                      label_selector="jobset.sigs.k8s.io/jobset-name=slow")
+            return js is None and not jobs and not await pods_of(kube, namespace, "slow")
+
+        await eventually(all_gone, 60, "JobSet, Jobs and pods collected")
+        # The pods honoured their SIGTERM trap: they took about six seconds to go.
+        assert time.monotonic() - deleted_at >= 5.5
+    finally:
+        await delete_cluster_queue(kube, namespace)
+
+
+async def test_admission_check_holds_a_reserved_workload_until_ready(kube: Kube, namespace: str) -> None:
+    check = "dispatch-admission"
+    ac = await kube.get(r.ADMISSION_CHECK, check)
+    if not is_true(ac, "Active"):
+        # No check controller runs in this test: act as one and mark the check Active.
+        await kube.patch(r.ADMISSION_CHECK, check, {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+            "metadata": {"name": check},
+            "status": {"conditions": [{"type": "Active", "status": "True", "reason": "Active",
+                                       "message": "set by the local cluster test",
+                                       "lastTransitionTime": _now()}]},
+        }, subresource="status", kind="apply", field_manager="dispatch-local-test", force=True)
+    await make_queues(kube, namespace, checks=[check])
+    try:
+        tj = await kube.create(r.TRAINJOB, trainjob("checked", "echo checked"), namespace)
+        uid = tj["metadata"]["uid"]
+
+        async def pending_with_quota() -> dict | None:
+            w = await workload_of(kube, namespace, uid)
+            states = {c["name"]: c["state"] for c in (w or {}).get("status", {}).get("admissionChecks", [])}
+            return w if is_true(w, "QuotaReserved") and states.get(check) == "Pending" else None
+
+        wl = await eventually(pending_with_quota, 60, "quota reserved, check Pending")
+        # Held at the check: not admitted and no pod, for a while.
+        until = time.monotonic() + 4
+        while time.monotonic() < until:
+            w = await workload_of(kube, namespace, uid)
+            if any(c["state"] == "Ready" for c in w["status"].get("admissionChecks", [])):
+                pytest.skip("a dispatch admission controller is running and approved the check")
+            assert not is_true(w, "Admitted")
+            assert await pods_of(kube, namespace, "checked") == []
+        await kube.patch(r.WORKLOAD, wl["metadata"]["name"], {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": wl["metadata"]["name"], "namespace": namespace},
+            "status": {"admissionChecks": [{"name": check, "state": "Ready", "message": "test",
+                                            "lastTransitionTime": _now()}]},
+        }, namespace, subresource="status", kind="apply", field_manager="dispatch-local-test",
+            force=True)
+
+        async def admitted() -> dict | None:
+            w = await workload_of(kube, namespace, uid)
+            return w if is_true(w, "Admitted") else None
+
+        await eventually(admitted, 30, "the Workload admitted once the check is Ready")
+
+        async def ran() -> list | None:
+            pods = await pods_of(kube, namespace, "checked")
+            ok = [p for p in pods if p["status"].get("phase") == "Succeeded"]
+            return ok if len(ok) == 2 else None
+
+        await eventually(ran, 120, "the job's pods succeeded")
+    finally:
+        await kube.delete(r.TRAINJOB, "checked", namespace)
+        await delete_cluster_queue(kube, namespace)
+
+
+async def test_failed_container_makes_jobset_restart(kube: Kube, namespace: str) -> None:
+    await make_queues(kube, namespace)
+    try:
+        await kube.create(r.TRAINJOB, trainjob("fails", "echo failing; exit 3", nodes=1),
+                          namespace)
+
+        async def restarted() -> list | None:
+            pods = await pods_of(kube, namespace, "fails")
+            again = [p for p in pods
+                     if p["metadata"]["labels"].get("jobset.sigs.k8s.io/restart-attempt") == "1"]
+            return again or None
+
+        again = await eventually(restarted, 120, "a pod of restart attempt 1")
+        assert again[0]["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "fails"
+        js = await kube.get(r.JOBSET, "fails", namespace)
+        assert (js.get("status") or {}).get("restarts", 0) >= 1
+    finally:
+        await kube.delete(r.TRAINJOB, "fails", namespace)
+        await delete_cluster_queue(kube, namespace)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
