@@ -10,6 +10,7 @@
     ├── HoldError              release of another hold instance, hold in plain mode misuse
     ├── DeadlineExceeded       a call's own deadline passed
     ├── NotFound               the job or object does not exist
+    ├── UnsupportedError       the cluster cannot do what was asked (e.g. split stderr)
     └── KubeError              the API server answered with an error (status, reason)
         ├── KubeNotFound       404
         ├── KubeConflict       409 (AlreadyExists or a precondition / version conflict)
@@ -69,6 +70,10 @@ class DeadlineExceeded(DispatchError, TimeoutError):
 
 class NotFound(DispatchError):
     """The job or object does not exist."""
+
+
+class UnsupportedError(DispatchError):
+    """The cluster cannot do what was asked (for example read stderr apart from stdout)."""
 
 
 class KubeError(DispatchError):

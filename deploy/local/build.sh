@@ -4,7 +4,7 @@
 # A component already in the cache is not rebuilt; the cache lives outside git.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=deploy/local/lib.sh
+# shellcheck source=lib.sh
 . "$here/lib.sh"
 
 # Cold build times, for bench/cluster.py.

@@ -5,7 +5,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-# shellcheck source=deploy/local/lib.sh
+# shellcheck source=lib.sh
 . "$here/lib.sh"
 [ $# -eq 2 ] || { echo "usage: $0 NAME KUBECONFIG" >&2; exit 2; }
 name=$1 kubeconfig=$2

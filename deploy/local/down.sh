@@ -4,9 +4,11 @@
 # iptables chains, the state, and restores the kernel settings the kubelet changed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=deploy/local/lib.sh
+# shellcheck source=lib.sh
 . "$here/lib.sh"
-[ $# -eq 1 ] && [[ $1 =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || { echo "usage: $0 NAME" >&2; exit 2; }
+if [ $# -ne 1 ] || ! [[ $1 =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]]; then
+  echo "usage: $0 NAME" >&2; exit 2
+fi
 [ "$(id -u)" = 0 ] || die "must run as root"
 CLUSTER_NAME=$1
 cluster_dirs "$CLUSTER_NAME"
@@ -72,7 +74,7 @@ if [ -d "$STATE" ] || [ -d "$RUN" ]; then
     grep -qx "netns $ns" "$STATE_ROOT/machine.before" 2>/dev/null && continue
     case $ns in cni-*) ip netns delete "$ns" 2>/dev/null ;; esac
   done
-  for br in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep "^dk-$CLUSTER_NAME-"); do
+  for br in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep "^$(bridge_name "$CLUSTER_NAME" "")"); do
     ip link delete "$br" 2>/dev/null
   done
 

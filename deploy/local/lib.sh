@@ -1,7 +1,7 @@
 # Shared helpers for the local cluster scripts (sourced, not run).
 # shellcheck shell=bash
 here=${here:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}
-# shellcheck source=deploy/local/versions.env
+# shellcheck source=versions.env
 . "$here/versions.env"
 
 # Build outputs (binaries, images, upstream manifests): kept between runs, outside git.
@@ -57,6 +57,11 @@ resolve_bin() {
 cluster_dirs() { # sets STATE RUN for cluster $1
   STATE="$STATE_ROOT/$1"
   RUN="$RUN_ROOT/$1"
+  export STATE RUN
+}
+
+bridge_name() { # CLUSTER INDEX: at most 15 characters, as Linux requires
+  echo "dk$(printf '%s' "$1" | md5sum | cut -c1-8)-$2"
 }
 
 module_dir() { # module@version -> its directory in the module cache (downloads it)

@@ -6,7 +6,7 @@
 # while every other node and controller keeps running.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=deploy/local/lib.sh
+# shellcheck source=lib.sh
 . "$here/lib.sh"
 [ $# -eq 3 ] || { echo "usage: $0 pause|resume|status NAME NODE" >&2; exit 2; }
 action=$1 CLUSTER_NAME=$2 node=$3

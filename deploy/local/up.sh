@@ -10,7 +10,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-# shellcheck source=deploy/local/lib.sh
+# shellcheck source=lib.sh
 . "$here/lib.sh"
 
 usage() {
@@ -85,7 +85,8 @@ for p in "$ETCD_PORT" "$APISERVER_PORT" "$KCM_PORT" "$SCHED_PORT" "$JOBSET_WEBHO
   port_free "$p" || die "port 127.0.0.1:$p is in use: stop what holds it, or set the port's variable (see deploy/local/lib.sh)"
 done
 for i in "${!NODES[@]}"; do
-  ip link show "dk-$CLUSTER_NAME-$i" >/dev/null 2>&1 && die "bridge dk-$CLUSTER_NAME-$i exists: run down.sh $CLUSTER_NAME"
+  br=$(bridge_name "$CLUSTER_NAME" "$i")
+  ip link show "$br" >/dev/null 2>&1 && die "bridge $br exists: run down.sh $CLUSTER_NAME"
 done
 
 mkdir -p "$STATE" "$RUN" "$STATE/logs"
@@ -149,7 +150,8 @@ start_proc kube-apiserver "$STATE/logs/kube-apiserver.log" "$(resolve_bin kube-a
   --kubelet-client-certificate "$P/apiserver-kubelet-client.crt" \
   --kubelet-client-key "$P/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types InternalIP,Hostname \
-  --allow-privileged true --profiling false --v 1
+  --allow-privileged true --profiling false --v 1 \
+  --feature-gates PodLogsQuerySplitStreams=true
 wait_until kube-apiserver "$STATE/logs/kube-apiserver.log" 90 admin_curl /readyz
 
 # --- controller-manager and scheduler -----------------------------------------------------------
@@ -176,7 +178,7 @@ wait_until kube-scheduler "$STATE/logs/kube-scheduler.log" 60 curl -skf "https:/
 mem_total_mb=$(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo)
 reserved_mb=$(( mem_total_mb > NODE_MEMORY_MB ? mem_total_mb - NODE_MEMORY_MB : 0 ))
 for i in "${!NODES[@]}"; do
-  node=${NODES[$i]} ip=$(node_ip "$i") br="dk-$CLUSTER_NAME-$i"
+  node=${NODES[$i]} ip=$(node_ip "$i") br=$(bridge_name "$CLUSTER_NAME" "$i")
   N=$STATE/nodes/$node R=$RUN/$node
   mkdir -p "$N/containerd" "$N/kubelet" "$N/cni/net.d" "$N/cni/cache" "$N/cni/ipam" "$N/pod-logs" "$R"
   log "starting node $node ($ip on bridge $br)"
@@ -230,6 +232,17 @@ EOF
       "$CACHE/images/$img.tar" >>"$STATE/logs/containerd-$node.log" 2>&1 \
       || fail "containerd-$node" "$STATE/logs/containerd-$node.log" "importing the $img image failed"
   done
+  # The node's cgroup root, in every v1 hierarchy, capped like a kind node container.
+  for ctl in /sys/fs/cgroup/*/; do
+    [ -f "${ctl}cgroup.procs" ] || continue
+    mkdir -p "${ctl}dispatch-$node"
+    if [ -f "${ctl}cpuset.cpus" ]; then
+      cat "${ctl}cpuset.cpus" > "${ctl}dispatch-$node/cpuset.cpus"
+      cat "${ctl}cpuset.mems" > "${ctl}dispatch-$node/cpuset.mems"
+    fi
+  done
+  [ -d "/sys/fs/cgroup/memory/dispatch-$node" ] && echo $((NODE_MEMORY_MB * 1024 * 1024)) \
+    > "/sys/fs/cgroup/memory/dispatch-$node/memory.limit_in_bytes"
   write_kubeconfig "$N/kubelet.kubeconfig" "$node" "$P/node-$node.crt" "$P/node-$node.key"
   cat > "$N/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -267,6 +280,8 @@ maxPods: 50
 nodeStatusUpdateFrequency: 4s
 syncFrequency: 10s
 shutdownGracePeriod: 0s
+# Alpha in 1.37: lets a client read a container's stdout and stderr apart.
+featureGates: {PodLogsQuerySplitStreams: true}
 EOF
   start_proc "kubelet-$node" "$STATE/logs/kubelet-$node.log" "$(resolve_bin kubelet)" \
     --config "$N/kubelet.yaml" --kubeconfig "$N/kubelet.kubeconfig" \

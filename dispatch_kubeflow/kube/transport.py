@@ -8,6 +8,7 @@ that survive expiry (410) and stalls by listing again.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -104,7 +105,7 @@ class Kube:
     ) -> Any:
         headers: dict[str, str] = {"Accept": "application/json", "Content-Type": content_type}
         queries: list[tuple[str, Any]] = []
-        self._api.update_params_for_auth(headers, queries, ["BearerToken"])
+        await self._api.update_params_for_auth(headers, queries, ["BearerToken"])
         params = [(k, _q(v)) for k, v in (query or {}).items() if v is not None] + queries
         url = self._api.configuration.host + path
         if timeout is None:
@@ -115,7 +116,7 @@ class Kube:
                 method, url, query_params=params, headers=headers, body=body,
                 _preload_content=False, _request_timeout=timeout,
             )
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise errors.KubeError(f"{method} {path}: {exc!r}", status=0,
                                    reason="Unreachable") from exc
         if not 200 <= resp.status <= 299:
@@ -267,7 +268,7 @@ class Kube:
                 backoff = min(backoff * 2, 5.0)
 
     # --- special endpoints ---------------------------------------------------------------
-    async def served_versions(self, group: str) -> list[str]:
+    async def served_versions(self, group: str) -> builtins.list[str]:
         """The versions the server serves for an API group ([] when the group is absent)."""
         try:
             doc = await self._send("GET", f"/apis/{group}")
@@ -302,6 +303,43 @@ class Kube:
                 yield chunk
         finally:
             resp.release()
+
+    async def open_pod_log(self, name: str, namespace: str, *, container: str | None = None,
+                           follow: bool = False, stream: str | None = None) -> ByteStream:
+        """Like :meth:`pod_log`, but the request is answered (or its error raised) first.
+
+        Reads have no total timeout (a followed log may run for days); a non-followed read
+        fails when the server stays silent for the request timeout.
+        """
+        resp = await self._send(
+            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", stream=True,
+            query={"container": container, "follow": "true" if follow else None,
+                   "stream": stream},
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=self.request_timeout,
+                sock_read=None if follow else self.request_timeout),
+        )
+        return ByteStream(resp)
+
+
+class ByteStream:
+    """An open streaming response: iterate for chunks; :meth:`aclose` releases it."""
+
+    def __init__(self, resp: Any) -> None:
+        self._resp = resp
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._resp.content.iter_any():
+                yield chunk
+        finally:
+            self._resp.release()
+
+    async def aclose(self) -> None:
+        self._resp.release()
 
 
 def _q(v: Any) -> str:

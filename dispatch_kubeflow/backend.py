@@ -1,0 +1,261 @@
+"""The Kubeflow backend: dispatch jobs as Kubeflow Trainer TrainJobs, admitted through Kueue.
+
+Open one with :func:`dispatch_kubeflow.open_backend` (``AdapterConfig("kubeflow", ...)``),
+:func:`factory` or :meth:`Backend.connect`; each runs the preflight
+(:mod:`dispatch_kubeflow.preflight`) before it returns, so opening takes at least
+``timeouts.preflightProbe``. Use the backend as an async context manager, or call
+:meth:`Backend.close`.
+
+When a capability is no or unknown the backend is observe-only: :meth:`Backend.start`,
+:meth:`Backend.open` and :meth:`Backend.release` raise ObserveOnlyError carrying the
+reasons; inspect, find, output, hold and stop_job still work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from dispatch_kubeflow import errors, gate, hold, output, preflight, start, state, stop
+from dispatch_kubeflow.admission_count import admit_plain
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
+from dispatch_kubeflow.model import (
+    Capability,
+    CapabilityStatus,
+    HoldMeta,
+    JobID,
+    ObjectRef,
+    Observation,
+    OutputStream,
+    StartRequest,
+    StopReport,
+    as_job_id,
+)
+from dispatch_kubeflow.output import LogStream
+from dispatch_kubeflow.registry import AdapterConfig, register
+from dispatch_kubeflow.settings import Settings
+from dispatch_kubeflow.waits import deadline_after, within
+
+log = logging.getLogger(__name__)
+
+NAME = "kubeflow"
+"""The name this backend registers under."""
+
+Obj = dict[str, Any]
+
+
+class Backend:
+    """An open Kubeflow backend. Not built directly: use :meth:`connect`."""
+
+    def __init__(self, kube: Kube, settings: Settings,
+                 capabilities: Mapping[Capability, CapabilityStatus], *,
+                 owns_kube: bool = True) -> None:
+        self._kube = kube
+        self._owns_kube = owns_kube
+        self.settings = settings
+        self._caps = MappingProxyType(dict(capabilities))
+        self._closed = False
+
+    # --- opening and closing --------------------------------------------------------------
+    @classmethod
+    async def connect(cls, settings: Settings | bytes | str | Mapping[str, Any], *,
+                      kube: Kube | None = None) -> Backend:
+        """Validate the settings, connect (unless ``kube`` is given) and run the preflight."""
+        cfg = Settings.parse(settings)
+        owns = kube is None
+        if kube is None:
+            kube = await Kube.connect(
+                kubeconfig=cfg.cluster.kubeconfig, context=cfg.cluster.context,
+                in_cluster=cfg.cluster.in_cluster,
+                request_timeout=cfg.timeouts.request.total_seconds())
+        try:
+            caps = await preflight.run(kube, cfg)
+        except BaseException:
+            if owns:
+                await kube.close()
+            raise
+        backend = cls(kube, cfg, caps, owns_kube=owns)
+        if backend.observe_only:
+            log.warning("dispatch-kubeflow is observe-only: %s",
+                        "; ".join(backend.observe_only_reasons))
+        return backend
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._owns_kube:
+                await self._kube.close()
+
+    async def __aenter__(self) -> Backend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- capabilities ---------------------------------------------------------------------
+    async def capabilities(self, which: Iterable[Capability] | None = None
+                           ) -> Mapping[Capability, CapabilityStatus]:
+        """What the preflight proved (all capabilities, or those asked for)."""
+        if which is None:
+            return self._caps
+        return MappingProxyType({c: self._caps[c] for c in which})
+
+    @property
+    def observe_only(self) -> bool:
+        return any(not st.ok for st in self._caps.values())
+
+    @property
+    def observe_only_reasons(self) -> list[str]:
+        return preflight.observe_only_reasons(self._caps)
+
+    def _refuse_if_observe_only(self, what: str) -> None:
+        if self.observe_only:
+            reasons = self.observe_only_reasons
+            raise errors.ObserveOnlyError(
+                f"{what} refused: the backend is observe-only: " + "; ".join(reasons),
+                reasons=reasons)
+
+    # --- start, open, inspect -------------------------------------------------------------
+    async def start(self, req: StartRequest) -> ObjectRef:
+        """Start the job closed; returns its TrainJob's reference (idempotent)."""
+        start.validate(req)  # bad input is a SpecError even when observe-only
+        self._refuse_if_observe_only("Start")
+        return await start.start(self._kube, self.settings, req)
+
+    async def open(self, ref: ObjectRef | str) -> None:
+        """Remove dispatch's start gate (only dispatch's; harmless when already open)."""
+        ref = self._ref(ref)
+        self._refuse_if_observe_only("Open")
+        if self.settings.kueue is not None:
+            await gate.open_kueue_gate(self._kube, ref.namespace, ref.name)
+            return
+        trainjob = await self._kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
+        if trainjob is None:
+            raise errors.NotFound(f"TrainJob {ref.id} not found")
+        if state.hold_instance(trainjob):
+            raise errors.HoldError(
+                f"TrainJob {ref.id} is held (instance {state.hold_instance(trainjob)}): in "
+                "plain mode the start gate and the hold are both spec.suspend, so open it "
+                "after Release")
+
+        def never_opened(tj: Mapping[str, Any]) -> bool:
+            return state.admissions(tj) == 0 and not state.hold_instance(tj)
+
+        async with within(deadline_after(self.settings.timeouts.start), f"Open of {ref.id}"):
+            await admit_plain(self._kube, ref.namespace, ref.name, should_admit=never_opened)
+
+    async def inspect(self, ref: ObjectRef | str) -> Observation:
+        """The job's state (see :mod:`dispatch_kubeflow.state`)."""
+        ref = self._ref(ref)
+        trainjob, workload, pods = await self._read(ref)
+        obs = state.observe(trainjob, workload, pods)
+        if (trainjob is not None and self.settings.kueue is None and obs.hold_instance
+                and not pods and hold.expired(trainjob)):
+            # Plain mode has no controller: the library releases an expired hold.
+            async with within(deadline_after(self.settings.timeouts.request),
+                              f"release of the expired hold of {ref.id}"):
+                await hold.release_trainjob(self._kube, ref.namespace, ref.name, None)
+            trainjob, workload, pods = await self._read(ref)
+            obs = state.observe(trainjob, workload, pods)
+        return obs
+
+    async def _read(self, ref: ObjectRef) -> tuple[Obj | None, Obj | None, list[Obj]]:
+        trainjob = await self._kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
+        pods, _ = await self._kube.list(POD, ref.namespace,
+                                        label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+        workload = None
+        if trainjob is not None and self.settings.kueue is not None:
+            workload = await self._workload(trainjob)
+        return trainjob, workload, pods
+
+    async def _workload(self, trainjob: Mapping[str, Any]) -> Obj | None:
+        m = state.meta(trainjob)
+        items, _ = await self._kube.list(
+            WORKLOAD, m["namespace"], label_selector=f"{names.KUEUE_JOB_UID_LABEL}={m['uid']}")
+        live = [w for w in items if not state.meta(w).get("deletionTimestamp")] or items
+        return max(live, key=lambda w: str(state.meta(w).get("creationTimestamp", "")),
+                   default=None)
+
+    # --- hold and release -----------------------------------------------------------------
+    async def hold(self, ref: ObjectRef | str, meta: HoldMeta) -> None:
+        """Hold the job: end its execution and keep it from being admitted until released."""
+        ref = self._ref(ref)
+        hold.validate_hold(meta)
+        async with within(meta.deadline, f"Hold {meta.instance} of {ref.id}"):
+            if self.settings.kueue is None:
+                await hold.hold_trainjob(self._kube, ref.namespace, ref.name, meta)
+                return
+            workload = await self._require_workload(ref)
+            await hold.hold_workload(self._kube, workload, meta)
+
+    async def release(self, ref: ObjectRef | str, meta: HoldMeta) -> None:
+        """Release hold ``meta.instance``; another instance's hold is a HoldError and stays."""
+        ref = self._ref(ref)
+        hold.validate_hold(meta)
+        self._refuse_if_observe_only("Release")
+        async with within(meta.deadline, f"Release {meta.instance} of {ref.id}"):
+            if self.settings.kueue is None:
+                await hold.release_trainjob(self._kube, ref.namespace, ref.name, meta.instance)
+                return
+            workload = await self._require_workload(ref)
+            await hold.release_workload(self._kube, workload, meta.instance)
+
+    async def _require_workload(self, ref: ObjectRef) -> Obj:
+        trainjob = await self._kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
+        if trainjob is None:
+            raise errors.NotFound(f"TrainJob {ref.id} not found")
+        workload = await self._workload(trainjob)
+        if workload is None:
+            raise errors.NotFound(f"TrainJob {ref.id} has no Workload (yet)")
+        return workload
+
+    # --- stop, find, output ---------------------------------------------------------------
+    async def stop_job(self, job: JobID | str, reason: str) -> StopReport:
+        """Delete everything of the job and check that it is gone (see :mod:`.stop`)."""
+        return await stop.stop_job(self._kube, self.settings.namespace, as_job_id(job), reason,
+                                   kueue=self.settings.kueue is not None,
+                                   limit=self.settings.timeouts.stop_job)
+
+    async def find(self, job: JobID | str) -> tuple[ObjectRef, ...]:
+        """Every object of the job that exists, orphans included."""
+        found = await stop.find(self._kube, self.settings.namespace, as_job_id(job),
+                                kueue=self.settings.kueue is not None)
+        if found.unreadable:
+            raise errors.KubeError("find: cannot list " + ", ".join(
+                r.plural for r in found.unreadable))
+        return tuple(f.ref for f in found.found)
+
+    async def output(self, job: JobID | str, rank: int = 0,
+                     stream: OutputStream = OutputStream.STDOUT, follow: bool = False, *,
+                     submission: int | None = None) -> LogStream:
+        """Rank ``rank``'s log of the job's current execution (see :mod:`.output`)."""
+        return await output.output(self._kube, self.settings.namespace, as_job_id(job),
+                                   rank=rank, stream=stream, follow=follow,
+                                   submission=submission)
+
+    # --- helpers --------------------------------------------------------------------------
+    def _ref(self, ref: ObjectRef | str) -> ObjectRef:
+        if isinstance(ref, str):
+            ref = ObjectRef.parse(ref)
+        if not isinstance(ref, ObjectRef):
+            raise errors.SpecError(f"ref: expected an ObjectRef, got {type(ref).__name__}",
+                                   field="ref")
+        if ref.namespace != self.settings.namespace:
+            raise errors.SpecError(f"ref: {ref.id} is not in this backend's namespace "
+                                   f"{self.settings.namespace}", field="ref")
+        return ref
+
+
+async def factory(config: AdapterConfig) -> Backend:
+    """The registry's factory: open a Kubeflow backend from ``config.settings``."""
+    if config.backend != NAME:
+        raise errors.SettingsError(f"backend: this factory opens {NAME!r}, not "
+                                   f"{config.backend!r}", field="backend")
+    return await Backend.connect(config.settings)
+
+
+register(NAME, factory)

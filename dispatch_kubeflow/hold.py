@@ -1,0 +1,197 @@
+"""Hold and release.
+
+Kueue mode: a hold deactivates the job's Workload (``spec.active=false``) and records
+itself in the Workload's annotations ``dispatch.phpboyscout.uk/hold-instance``,
+``hold-since``, ``hold-until``, ``hold-who`` and ``hold-reason``; Kueue evicts the Workload
+and suspends the TrainJob, which ends the execution. Release reactivates the Workload and
+removes the annotations in one JSON patch whose ``test`` op checks the hold instance, so a
+release never removes another instance's hold. An expired hold (``hold-until`` in the past)
+is released by the admission controller, which watches Workloads anyway.
+
+Plain mode: the same annotations go on the TrainJob with ``spec.suspend=true``. Release
+waits until no pod of the job remains, then raises A, removes the annotations and
+unsuspends in one patch (:mod:`dispatch_kubeflow.admission_count`). A job still closed by
+its start gate (never opened, A = 0) stays suspended after release. An expired hold is
+released by the library on the next Inspect or Release of that job.
+
+Every call is bounded by its own ``HoldMeta.call.deadline``; past it the call raises
+DeadlineExceeded and changes nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.admission_count import admit_plain
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
+from dispatch_kubeflow.model import HoldMeta
+from dispatch_kubeflow.state import admissions, annotations_of, hold_instance, meta, parse_time
+
+_RETRIES = 8
+
+
+def rfc3339(when: datetime) -> str:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def hold_annotations(hold: HoldMeta, now: datetime | None = None) -> dict[str, str]:
+    """The annotations that record ``hold``."""
+    ann = {
+        names.HOLD_INSTANCE: str(hold.instance),
+        names.HOLD_SINCE: rfc3339(now or datetime.now(UTC)),
+        names.HOLD_WHO: str(hold.by),
+        names.HOLD_REASON: hold.reason,
+    }
+    if hold.until is not None:
+        ann[names.HOLD_UNTIL] = rfc3339(hold.until)
+    return ann
+
+
+def validate_hold(hold: HoldMeta) -> None:
+    if isinstance(hold.instance, bool) or not isinstance(hold.instance, int) \
+            or hold.instance < 1:
+        raise errors.SpecError(f"hold.instance: must be an integer of at least 1, got "
+                               f"{hold.instance!r}", field="hold.instance")
+    if not hold.by.id:
+        raise errors.SpecError("hold.by.id: must name who holds", field="hold.by.id")
+
+
+def expired(obj: Mapping[str, Any], now: datetime | None = None) -> bool:
+    until = parse_time(annotations_of(obj).get(names.HOLD_UNTIL))
+    return until is not None and until <= (now or datetime.now(UTC))
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def release_patch(obj: Mapping[str, Any], instance: int, *, kueue: bool) -> list[dict[str, Any]]:
+    """JSON patch: test the hold instance, drop the hold's annotations, reactivate (Kueue)."""
+    ann = annotations_of(obj)
+    ops: list[dict[str, Any]] = [{"op": "test", "path": f"/metadata/annotations/"
+                                  f"{_escape(names.HOLD_INSTANCE)}",
+                                  "value": ann.get(names.HOLD_INSTANCE, str(instance))}]
+    ops += [{"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"}
+            for k in names.HOLD_ANNOTATIONS if k in ann]
+    if kueue:
+        ops.append({"op": "add", "path": "/spec/active", "value": True})
+    return ops
+
+
+# --- Kueue mode -------------------------------------------------------------------------------
+
+
+async def hold_workload(kube: Kube, workload: Mapping[str, Any], hold: HoldMeta) -> None:
+    """Deactivate the Workload and record the hold (idempotent for the same instance)."""
+    ns, name = meta(workload)["namespace"], meta(workload)["name"]
+    current: Mapping[str, Any] | None = workload
+    for _ in range(_RETRIES):
+        if current is None:
+            raise errors.NotFound(f"Workload {ns}/{name} not found")
+        held = hold_instance(current)
+        if held and held != hold.instance:
+            raise errors.HoldError(
+                f"Workload {ns}/{name} is already held as instance {held}; release that first")
+        if held == hold.instance and (current.get("spec") or {}).get("active") is False:
+            return
+        patch = {"metadata": {"resourceVersion": meta(current).get("resourceVersion"),
+                              "annotations": hold_annotations(hold)},
+                 "spec": {"active": False}}
+        try:
+            await kube.patch(WORKLOAD, name, patch, ns)
+            return
+        except errors.KubeConflict:
+            current = await kube.get_or_none(WORKLOAD, name, ns)
+    raise errors.KubeConflict(f"Workload {ns}/{name} kept changing; the hold gave up")
+
+
+async def release_workload(kube: Kube, workload: Mapping[str, Any], instance: int) -> bool:
+    """Reactivate the Workload if it holds ``instance``. False when it was not held."""
+    ns, name = meta(workload)["namespace"], meta(workload)["name"]
+    current: Mapping[str, Any] | None = workload
+    for _ in range(_RETRIES):
+        if current is None:
+            raise errors.NotFound(f"Workload {ns}/{name} not found")
+        held = hold_instance(current)
+        if not held:
+            return False
+        if held != instance:
+            raise errors.HoldError(
+                f"Workload {ns}/{name} is held as instance {held}, not {instance}; "
+                "the hold stays")
+        try:
+            await kube.patch(WORKLOAD, name, release_patch(current, instance, kueue=True), ns,
+                             kind="json")
+            return True
+        except errors.KubeInvalid:
+            current = await kube.get_or_none(WORKLOAD, name, ns)
+    raise errors.KubeConflict(f"Workload {ns}/{name} kept changing; the release gave up")
+
+
+# --- plain mode -------------------------------------------------------------------------------
+
+
+async def hold_trainjob(kube: Kube, namespace: str, name: str, hold: HoldMeta) -> None:
+    """Suspend the TrainJob and record the hold on it (idempotent for the same instance)."""
+    for _ in range(_RETRIES):
+        trainjob = await kube.get_or_none(TRAINJOB, name, namespace)
+        if trainjob is None:
+            raise errors.NotFound(f"TrainJob {namespace}/{name} not found")
+        held = hold_instance(trainjob)
+        if held and held != hold.instance:
+            raise errors.HoldError(f"TrainJob {namespace}/{name} is already held as instance "
+                                   f"{held}; release that first")
+        if held == hold.instance:
+            return
+        patch = {"metadata": {"resourceVersion": meta(trainjob).get("resourceVersion"),
+                              "annotations": hold_annotations(hold)},
+                 "spec": {"suspend": True}}
+        try:
+            await kube.patch(TRAINJOB, name, patch, namespace)
+            return
+        except errors.KubeConflict:
+            continue
+    raise errors.KubeConflict(f"TrainJob {namespace}/{name} kept changing; the hold gave up")
+
+
+async def release_trainjob(kube: Kube, namespace: str, name: str, instance: int | None) -> bool:
+    """Release the plain-mode hold ``instance`` (None: whatever instance, when expired).
+
+    A job that was opened before (A > 0) is admitted again once its pods are gone; a job
+    never opened keeps its start gate (stays suspended) and only loses the hold.
+    """
+    trainjob = await kube.get_or_none(TRAINJOB, name, namespace)
+    if trainjob is None:
+        raise errors.NotFound(f"TrainJob {namespace}/{name} not found")
+    held = hold_instance(trainjob)
+    if not held:
+        return False
+    if instance is not None and held != instance:
+        raise errors.HoldError(f"TrainJob {namespace}/{name} is held as instance {held}, "
+                               f"not {instance}; the hold stays")
+    drop: dict[str, str | None] = dict.fromkeys(names.HOLD_ANNOTATIONS)
+
+    def same_hold(tj: Mapping[str, Any]) -> bool:
+        return hold_instance(tj) == held
+
+    if admissions(trainjob) > 0:
+        return await admit_plain(kube, namespace, name, should_admit=same_hold,
+                                 annotations=drop)
+    for _ in range(_RETRIES):
+        try:
+            await kube.patch(TRAINJOB, name, release_patch(trainjob, held, kueue=False),
+                             namespace, kind="json")
+            return True
+        except errors.KubeInvalid:
+            again = await kube.get_or_none(TRAINJOB, name, namespace)
+            if again is None or not same_hold(again):
+                return False
+            trainjob = again
+    raise errors.KubeConflict(f"TrainJob {namespace}/{name} kept changing; the release gave up")

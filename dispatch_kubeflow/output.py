@@ -1,0 +1,161 @@
+"""Output: a rank's log of the job's current execution, as a stream of bytes.
+
+Rank r is the trainer pod (the one with a container named ``node``) labelled
+``batch.kubernetes.io/job-completion-index=<r>``. Of several such pods (earlier
+executions not yet gone, JobSet restarts, other submissions) the current one is the
+highest (submission, A, J), then the newest: A and J come from the pod's
+``DISPATCH_ATTEMPT`` (``<job>.<submission>.<attempt>.<A>.<J>``), else from the TrainJob's
+admission count and the pod's ``jobset.sigs.k8s.io/restart-attempt`` label.
+
+Streams: ``OutputStream.ALL`` is the container's log as the kubelet keeps it. STDOUT and
+STDERR are asked for with the log endpoint's ``stream`` parameter, which the API server
+honours only with its feature gate ``PodLogsQuerySplitStreams`` on. When the server
+refuses the parameter, STDOUT falls back to the combined log and the stream says so
+(``LogStream.split`` is False, and a warning is logged); STDERR raises
+:class:`~dispatch_kubeflow.errors.UnsupportedError`, since it cannot be told apart.
+
+Reading never blocks the event loop: chunks are awaited from the HTTP response as the
+kubelet sends them (``follow=True`` keeps reading until the container ends).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.resources import POD, TRAINJOB
+from dispatch_kubeflow.kube.transport import ByteStream
+from dispatch_kubeflow.model import JobID, OutputStream
+from dispatch_kubeflow.state import admissions, labels_of, meta, restarts
+
+log = logging.getLogger(__name__)
+
+
+class LogStream:
+    """An async iterator of log chunks; close it (or use ``async with``) when done."""
+
+    def __init__(self, body: ByteStream, *, pod: str, stream: OutputStream, split: bool) -> None:
+        self._body = body
+        self.pod = pod
+        """The pod read."""
+        self.stream = stream
+        """The stream asked for."""
+        self.split = split
+        """False when the server could not separate stdout from stderr (combined log)."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._body.__aiter__()
+
+    async def read(self) -> bytes:
+        """Everything until the end (with follow, until the container ends)."""
+        parts = [chunk async for chunk in self]
+        return b"".join(parts)
+
+    async def aclose(self) -> None:
+        await self._body.aclose()
+
+    async def __aenter__(self) -> LogStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class _Rank:
+    submission: int
+    admissions: int
+    restarts: int
+    created: str
+    name: str
+
+
+def _attempt_env(pod: Mapping[str, Any]) -> str | None:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        if c.get("name") != names.TRAINER_CONTAINER:
+            continue
+        for env in c.get("env") or []:
+            if env.get("name") == names.ENV_ATTEMPT and env.get("value"):
+                return str(env["value"])
+    return None
+
+
+def rank_key(pod: Mapping[str, Any], trainjob_a: int) -> _Rank:
+    """How current a pod is (pure): (submission, A, J, creation time, name)."""
+    sub_label = labels_of(pod).get(names.SUBMISSION_LABEL, "0")
+    submission = int(sub_label) if sub_label.isdigit() else 0
+    a, j = trainjob_a, restarts(pod)
+    attempt = _attempt_env(pod)
+    if attempt:
+        parts = attempt.split(".")
+        if len(parts) >= 5 and parts[-1].isdigit() and parts[-2].isdigit():
+            a, j = int(parts[-2]), int(parts[-1])
+    return _Rank(submission, a, j, str(meta(pod).get("creationTimestamp", "")),
+                 str(meta(pod).get("name", "")))
+
+
+def has_trainer(pod: Mapping[str, Any]) -> bool:
+    return any(c.get("name") == names.TRAINER_CONTAINER
+               for c in (pod.get("spec") or {}).get("containers") or [])
+
+
+def current_pod(pods: Sequence[Mapping[str, Any]],
+                a_by_submission: Mapping[int, int]) -> Mapping[str, Any] | None:
+    """The pod of the current execution among rank pods (pure)."""
+    best: tuple[_Rank, Mapping[str, Any]] | None = None
+    for pod in pods:
+        if not has_trainer(pod):
+            continue
+        sub = labels_of(pod).get(names.SUBMISSION_LABEL, "0")
+        key = rank_key(pod, a_by_submission.get(int(sub) if sub.isdigit() else 0, 0))
+        if best is None or key > best[0]:
+            best = (key, pod)
+    return best[1] if best else None
+
+
+async def output(kube: Kube, namespace: str, job: JobID, *, rank: int = 0,
+                 stream: OutputStream = OutputStream.STDOUT, follow: bool = False,
+                 submission: int | None = None) -> LogStream:
+    """Open rank ``rank``'s log of the current execution of ``job``."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise errors.SpecError(f"rank: must be a non-negative integer, got {rank!r}",
+                               field="rank")
+    stream = OutputStream(stream)
+    selector = f"{names.JOB_ID_LABEL}={job},{names.COMPLETION_INDEX_LABEL}={rank}"
+    if submission is not None:
+        selector += f",{names.SUBMISSION_LABEL}={submission}"
+    pods, _ = await kube.list(POD, namespace, label_selector=selector)
+    trainjobs, _ = await kube.list(TRAINJOB, namespace,
+                                   label_selector=f"{names.JOB_ID_LABEL}={job}")
+    a_by_sub = {}
+    for tj in trainjobs:
+        sub = labels_of(tj).get(names.SUBMISSION_LABEL, "0")
+        a_by_sub[int(sub) if sub.isdigit() else 0] = admissions(tj)
+    pod = current_pod(pods, a_by_sub)
+    if pod is None:
+        raise errors.NotFound(f"job {job}: no pod of rank {rank}"
+                              + (f" in submission {submission}" if submission else "")
+                              + f" in {namespace}")
+    name = str(meta(pod)["name"])
+    want = None if stream is OutputStream.ALL else stream.value
+    try:
+        body = await kube.open_pod_log(name, namespace, container=names.TRAINER_CONTAINER,
+                                       follow=follow, stream=want)
+        return LogStream(body, pod=name, stream=stream, split=want is not None)
+    except errors.KubeInvalid as exc:
+        if want is None or "stream" not in str(exc):
+            raise
+    if stream is OutputStream.STDERR:
+        raise errors.UnsupportedError(
+            f"the API server cannot read stderr alone (its feature gate "
+            f"PodLogsQuerySplitStreams is off); ask for {OutputStream.ALL!s} instead")
+    log.warning("the API server cannot split stdout from stderr (PodLogsQuerySplitStreams "
+                "is off): pod %s's stdout is read with stderr mixed in", name)
+    body = await kube.open_pod_log(name, namespace, container=names.TRAINER_CONTAINER,
+                                   follow=follow)
+    return LogStream(body, pod=name, stream=stream, split=False)

@@ -1,0 +1,52 @@
+"""Adapter configs and the factory registry: open a backend by name.
+
+A backend registers an async factory under its name (the Kubeflow backend registers as
+``"kubeflow"`` when :mod:`dispatch_kubeflow` is imported); :func:`open_backend` looks the
+name up and awaits the factory with the config's settings section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatch_kubeflow.errors import SettingsError
+
+SettingsSection = bytes | str | Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterConfig:
+    """Which backend to open, and its settings section (JSON text, bytes or a mapping)."""
+
+    backend: str
+    settings: SettingsSection = field(default_factory=dict)
+
+
+Factory = Callable[[AdapterConfig], Awaitable[Any]]
+_FACTORIES: dict[str, Factory] = {}
+
+
+def register(name: str, factory: Factory, *, replace: bool = False) -> None:
+    """Make ``factory`` open backends named ``name``."""
+    if not name:
+        raise ValueError("a backend needs a name")
+    if name in _FACTORIES and _FACTORIES[name] is not factory and not replace:
+        raise ValueError(f"a backend named {name!r} is registered already")
+    _FACTORIES[name] = factory
+
+
+def registered() -> tuple[str, ...]:
+    """The names that can be opened."""
+    return tuple(sorted(_FACTORIES))
+
+
+async def open_backend(config: AdapterConfig) -> Any:
+    """Open the backend the config names (running its preflight)."""
+    factory = _FACTORIES.get(config.backend)
+    if factory is None:
+        known = ", ".join(registered()) or "none"
+        raise SettingsError(f"backend: no backend named {config.backend!r} (registered: {known})",
+                            field="backend")
+    return await factory(config)

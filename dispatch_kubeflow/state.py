@@ -1,0 +1,240 @@
+"""Inspect's state: a pure function of the TrainJob, its Workload and its pods.
+
+:func:`observe` reads nothing but its arguments (and ``now``), so the table below is the
+whole rule. ``pods`` are the pods that still exist of the job's submission (terminating
+ones included), as selected by ``jobset.sigs.k8s.io/jobset-name=<TrainJob name>``. Kueue
+mode is recognised from the TrainJob itself (its ``kueue.x-k8s.io/queue-name`` label);
+plain mode has no Workload. The first row that matches wins:
+
+=====  =================================================================  ==========  ====
+row    condition                                                          state       hold
+=====  =================================================================  ==========  ====
+1      no TrainJob                                                        gone        0
+2      TrainJob has a deletionTimestamp                                   gone        0
+3      TrainJob condition ``Complete=True``                               succeeded   0
+4      TrainJob condition ``Failed=True``                                 failed      0
+5      dispatch's hold annotations (Kueue: on the Workload; plain: on     holding if  n
+       the TrainJob), hold-instance n                                     pods, else
+                                                                          held
+6      Kueue: Workload ``spec.active=false`` without dispatch's hold;     holding /   0
+       plain: ``spec.suspend=true`` after the job was opened (A > 0)      held
+       without dispatch's hold — someone else stopped it
+7      Kueue: ``kueue.x-k8s.io/admission-gated-by`` on the TrainJob       gated       0
+       non-empty; plain: ``spec.suspend=true`` and never opened (A = 0)
+8      Kueue: no Workload yet                                             queued      0
+9      Kueue: Workload ``Evicted=True``                                   queued      0
+10     Kueue: ``Admitted=True`` and the TrainJob still suspended          admitting   0
+11     Kueue: ``Admitted=True``                                           running     0
+12     Kueue: ``QuotaReserved=True`` (admission checks not all Ready)     admitting   0
+13     Kueue: otherwise (waiting for quota)                               queued      0
+14     plain: not suspended                                               running     0
+=====  =================================================================  ==========  ====
+
+The cause's ``detail`` explains for people: empty for dispatch's own gate, ``gated by
+<their gates>`` for anybody else's gate (even when dispatch's is there too), the messages
+of admission checks that are not Ready while admitting, Kueue's QuotaReserved message
+while queued, the hold's who and reason, and how many pods are still there while holding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.identity import IdentityError, parse_count
+from dispatch_kubeflow.model import Cause, ObjectState, Observation
+
+Obj = Mapping[str, Any]
+
+
+# --- small readers shared by the other modules ----------------------------------------------
+
+
+def meta(obj: Obj | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def labels_of(obj: Obj | None) -> Mapping[str, str]:
+    return meta(obj).get("labels") or {}
+
+
+def annotations_of(obj: Obj | None) -> Mapping[str, str]:
+    return meta(obj).get("annotations") or {}
+
+
+def condition(obj: Obj | None, kind: str) -> Mapping[str, Any] | None:
+    """The status condition of this type, or None."""
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+def is_true(obj: Obj | None, kind: str) -> bool:
+    cond = condition(obj, kind)
+    return cond is not None and cond.get("status") == "True"
+
+
+def parse_gates(value: str | None) -> list[str]:
+    """Kueue's comma-separated admission gates (spaces around names ignored, as Kueue does)."""
+    if not value or not value.strip():
+        return []
+    return [g.strip() for g in value.split(",")]
+
+
+def gates(trainjob: Obj | None) -> list[str]:
+    return parse_gates(annotations_of(trainjob).get(names.ADMISSION_GATED_BY))
+
+
+def is_kueue(trainjob: Obj | None) -> bool:
+    return bool(labels_of(trainjob).get(names.QUEUE_NAME_LABEL))
+
+
+def suspended(trainjob: Obj | None) -> bool:
+    return bool(((trainjob or {}).get("spec") or {}).get("suspend"))
+
+
+def admissions(trainjob: Obj | None) -> int:
+    """A, from the TrainJob's admission-count annotation (unreadable counts as 0)."""
+    try:
+        return parse_count(annotations_of(trainjob).get(names.ADMISSION_COUNT), "admission-count")
+    except IdentityError:
+        return 0
+
+
+def restarts(pod: Obj) -> int:
+    """J of a pod: its JobSet restart-attempt label."""
+    try:
+        return parse_count(labels_of(pod).get(names.RESTART_ATTEMPT_LABEL), "restart-attempt")
+    except IdentityError:
+        return 0
+
+
+def hold_instance(obj: Obj | None) -> int:
+    """dispatch's hold instance recorded on the object (0: no hold)."""
+    raw = annotations_of(obj).get(names.HOLD_INSTANCE)
+    if raw is None:
+        return 0
+    try:
+        return max(parse_count(raw, "hold-instance"), 1)
+    except IdentityError:
+        return 1  # a hold we cannot read is still a hold
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def hold_record(obj: Obj | None) -> Mapping[str, str] | None:
+    """The hold annotations, when the object carries dispatch's hold."""
+    ann = annotations_of(obj)
+    if names.HOLD_INSTANCE not in ann:
+        return None
+    return {k: ann[k] for k in names.HOLD_ANNOTATIONS if k in ann}
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+
+def observe(trainjob: Obj | None, workload: Obj | None, pods: Sequence[Obj]) -> Observation:
+    """The job's state by the table in this module's docstring."""
+    n_pods = len(pods)
+    j = max((restarts(p) for p in pods), default=0)
+    if trainjob is None:
+        return Observation(ObjectState.GONE, Cause(_left("TrainJob not found", n_pods), "NotFound"),
+                           pods=n_pods, restarts=j)
+    a = admissions(trainjob)
+
+    def obs(state: ObjectState, detail: str = "", reason: str = "", hold: int = 0,
+            until: datetime | None = None) -> Observation:
+        return Observation(state, Cause(detail, reason), hold_instance=hold, hold_until=until,
+                           admissions=a, restarts=j, pods=n_pods)
+
+    if meta(trainjob).get("deletionTimestamp"):
+        return obs(ObjectState.GONE, _left("TrainJob is being deleted", n_pods), "Deleting")
+    for kind, state in (("Complete", ObjectState.SUCCEEDED), ("Failed", ObjectState.FAILED)):
+        cond = condition(trainjob, kind)
+        if cond is not None and cond.get("status") == "True":
+            return obs(state, str(cond.get("message") or ""), str(cond.get("reason") or kind))
+
+    kueue = is_kueue(trainjob)
+    holder = workload if kueue else trainjob
+    record = hold_record(holder)
+    stopping = ObjectState.HOLDING if n_pods else ObjectState.HELD
+    if record is not None:
+        who = record.get(names.HOLD_WHO, "")
+        why = record.get(names.HOLD_REASON, "")
+        detail = f"held by {who}" if who else "held"
+        if why:
+            detail += f": {why}"
+        if n_pods:
+            detail += f"; waiting for {n_pods} pods to go"
+        return obs(stopping, detail, "Held", hold=hold_instance(holder),
+                   until=parse_time(record.get(names.HOLD_UNTIL)))
+
+    if kueue and workload is not None and (workload.get("spec") or {}).get("active") is False:
+        cond = condition(workload, "Evicted") or condition(workload, "DeactivationTarget") or {}
+        detail = "Workload deactivated, not by dispatch"
+        if cond.get("message"):
+            detail += f": {cond['message']}"
+        return obs(stopping, _left(detail, n_pods), "Deactivated")
+    if not kueue and suspended(trainjob) and a > 0:
+        return obs(stopping, _left("TrainJob suspended, not by dispatch", n_pods), "Suspended")
+
+    if kueue:
+        gated_by = gates(trainjob)
+        if gated_by:
+            theirs = [g for g in gated_by if g != names.GATE]
+            return obs(ObjectState.GATED, f"gated by {','.join(theirs)}" if theirs else "",
+                       "AdmissionGated")
+        return _kueue_state(trainjob, workload, pods, obs)
+    if suspended(trainjob):
+        return obs(ObjectState.GATED, "", "Suspended")
+    return obs(ObjectState.RUNNING, _pods_running(pods), "Running")
+
+
+def _kueue_state(trainjob: Obj, workload: Obj | None, pods: Sequence[Obj],
+                 obs: Callable[..., Observation]) -> Observation:
+    if workload is None:
+        return obs(ObjectState.QUEUED, "waiting for Kueue to create the Workload", "NoWorkload")
+    evicted = condition(workload, "Evicted")
+    if evicted is not None and evicted.get("status") == "True":
+        detail = f"evicted ({evicted.get('reason', '')}): {evicted.get('message', '')}"
+        return obs(ObjectState.QUEUED, detail.rstrip(": "), "Evicted")
+    if is_true(workload, "Admitted"):
+        if suspended(trainjob):
+            return obs(ObjectState.ADMITTING, "admitted; waiting for the TrainJob to resume",
+                       "Admitted")
+        return obs(ObjectState.RUNNING, _pods_running(pods), "Admitted")
+    if is_true(workload, "QuotaReserved"):
+        return obs(ObjectState.ADMITTING, _checks_waiting(workload), "QuotaReserved")
+    cond = condition(workload, "QuotaReserved") or {}
+    return obs(ObjectState.QUEUED, str(cond.get("message") or ""),
+               str(cond.get("reason") or "Pending"))
+
+
+def _checks_waiting(workload: Obj) -> str:
+    waiting = []
+    for check in (workload.get("status") or {}).get("admissionChecks") or []:
+        if check.get("state") != "Ready":
+            msg = check.get("message") or str(check.get("state") or "Pending")
+            waiting.append(f"{check.get('name')}: {msg}")
+    return "; ".join(waiting)
+
+
+def _pods_running(pods: Sequence[Obj]) -> str:
+    if not pods:
+        return ""
+    running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+    return f"{running} of {len(pods)} pods running"
+
+
+def _left(detail: str, n_pods: int) -> str:
+    return f"{detail}; {n_pods} pods still there" if n_pods else detail

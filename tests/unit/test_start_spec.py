@@ -1,0 +1,129 @@
+"""Start's validation and the objects it would write (pure: nothing is sent anywhere)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.errors import SpecError
+from dispatch_kubeflow.model import (
+    Image,
+    JobID,
+    JobSpec,
+    RuntimeRef,
+    StartRequest,
+)
+from dispatch_kubeflow.settings import Settings
+from dispatch_kubeflow.start import runtime_copy, spec_hash, trainjob_body, validate
+
+JOB = JobID.new(datetime(2026, 5, 1, tzinfo=UTC), bytes(10))
+IMAGE = Image("localhost/dispatch-busybox:kind", "IfNotPresent")
+RUNTIME = RuntimeRef("ClusterTrainingRuntime", "dispatch-kind")
+SETTINGS = Settings.parse({
+    "namespace": "tutorial",
+    "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+    "kueue": {"localQueue": "lq", "priorityClass": "low"},
+})
+
+
+def request(**over: Any) -> StartRequest:
+    spec = over.pop("spec", JobSpec(["/bin/sh", "-c", "echo hi"], 2, [IMAGE, RUNTIME]))
+    return StartRequest(**{"job": JOB, "submission": 1, "attempt": 1, "spec": spec, **over})
+
+
+def test_valid() -> None:
+    req, name, image, runtime = validate(request())
+    assert name == f"dj-{JOB.lower()}-s1"
+    assert (image, runtime) == (IMAGE, RUNTIME)
+    assert req.job is JOB
+
+
+def test_string_job_is_normalised() -> None:
+    req, *_ = validate(request(job=str(JOB).lower()))
+    assert isinstance(req.job, JobID)
+    assert req.job == JOB
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    ({"spec": JobSpec(["x"], 1, [RUNTIME])}, "spec.extensions.Image"),
+    ({"spec": JobSpec(["x"], 1, [IMAGE])}, "spec.extensions.RuntimeRef"),
+    ({"spec": JobSpec(["x"], 0, [IMAGE, RUNTIME])}, "spec.nodes"),
+    ({"spec": JobSpec(["x"], -2, [IMAGE, RUNTIME])}, "spec.nodes"),
+    ({"spec": JobSpec(["x"], 2**31, [IMAGE, RUNTIME])}, "spec.nodes"),
+    ({"spec": JobSpec(["x"], True, [IMAGE, RUNTIME])}, "spec.nodes"),
+    ({"spec": JobSpec([], 1, [IMAGE, RUNTIME])}, "spec.command"),
+    ({"spec": JobSpec([""], 1, [IMAGE, RUNTIME])}, "spec.command[0]"),
+    ({"spec": JobSpec(["x"], 1, [IMAGE, IMAGE, RUNTIME])}, "spec.extensions"),
+    ({"spec": JobSpec(["x"], 1, [Image(""), RUNTIME])}, "spec.extensions.Image.ref"),
+    ({"spec": JobSpec(["x"], 1, [Image("a b"), RUNTIME])}, "spec.extensions.Image.ref"),
+    ({"spec": JobSpec(["x"], 1, [Image("a", "Sometimes"), RUNTIME])},
+     "spec.extensions.Image.pull_policy"),
+    ({"spec": JobSpec(["x"], 1, [IMAGE, RuntimeRef("Runtime", "r")])},
+     "spec.extensions.RuntimeRef.kind"),
+    ({"spec": JobSpec(["x"], 1, [IMAGE, RuntimeRef("TrainingRuntime", "Bad_Name")])},
+     "spec.extensions.RuntimeRef.runtime"),
+    ({"submission": 0}, "submission"),
+    ({"attempt": 0}, "attempt"),
+    ({"submission": 10**40}, "submission"),  # the TrainJob name would pass 63 characters
+    ({"job": "not-a-job-id"}, "job"),
+])
+def test_invalid(over: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        validate(request(**over))
+    assert err.value.field == field
+
+
+def test_hash_tracks_the_request() -> None:
+    assert spec_hash(request()) == spec_hash(request())
+    assert spec_hash(request()) != spec_hash(request(attempt=2))
+    other = JobSpec(["/bin/sh", "-c", "echo other"], 2, [IMAGE, RUNTIME])
+    assert spec_hash(request()) != spec_hash(request(spec=other))
+
+
+def test_trainjob_is_closed_and_labelled() -> None:
+    req, name, image, _ = validate(request())
+    body = trainjob_body(req, SETTINGS, name=name, image=image, digest="sha256:d")
+    meta = body["metadata"]
+    assert meta["annotations"][names.ADMISSION_GATED_BY] == names.GATE
+    assert meta["annotations"][names.SPEC_HASH] == "sha256:d"
+    assert meta["labels"][names.QUEUE_NAME_LABEL] == "lq"
+    assert meta["labels"][names.PRIORITY_CLASS_LABEL] == "low"
+    assert meta["labels"][names.JOB_ID_LABEL] == str(JOB)
+    assert body["spec"]["suspend"] is True
+    assert body["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org",
+                                          "kind": "TrainingRuntime", "name": name}
+    assert body["spec"]["trainer"]["numNodes"] == 2
+
+
+def test_plain_trainjob_has_no_kueue_marks() -> None:
+    plain = Settings.parse({"namespace": "t", "probeRuntime": {"name": "r"}})
+    req, name, image, _ = validate(request())
+    body = trainjob_body(req, plain, name=name, image=image, digest="d")
+    assert names.ADMISSION_GATED_BY not in body["metadata"]["annotations"]
+    assert names.QUEUE_NAME_LABEL not in body["metadata"]["labels"]
+    assert body["spec"]["suspend"] is True
+
+
+def test_runtime_copy_labels_every_template() -> None:
+    source: dict[str, Any] = {"metadata": {"name": "dispatch-kind", "labels": {"a": "b"}}, "spec": {
+        "mlPolicy": {"numNodes": 1},
+        "template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": {
+                "containers": [{"name": "node", "image": "x"}]}}}}},
+            {"name": "init", "template": {"metadata": {"labels": {"k": "v"}}}},
+        ]}}}}
+    labels = {names.JOB_ID_LABEL: str(JOB)}
+    copy = runtime_copy(source, name="n", namespace="ns", labels=labels, digest="d", image=IMAGE)
+    assert copy["kind"] == "TrainingRuntime"
+    assert copy["metadata"]["labels"] == {"a": "b", **labels}
+    assert copy["spec"]["template"]["metadata"]["labels"] == labels
+    for rj in copy["spec"]["template"]["spec"]["replicatedJobs"]:
+        assert rj["template"]["metadata"]["labels"][names.JOB_ID_LABEL] == str(JOB)
+        assert rj["template"]["spec"]["template"]["metadata"]["labels"] == labels
+    node = copy["spec"]["template"]["spec"]["replicatedJobs"][0]
+    assert node["template"]["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] \
+        == "IfNotPresent"
+    assert "metadata" not in source["spec"]["template"]  # the source is not touched
