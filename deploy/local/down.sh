@@ -111,7 +111,7 @@ if [ -f "$STATE_ROOT/machine.before" ] && [ -z "$(find "$STATE_ROOT" -mindepth 1
   while read -r what a b; do
     case $what in sysctl) sysctl -qw "$a=$b" ;; esac
   done < "$STATE_ROOT/machine.before"
-  for d in /var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods /var/run/netns /etc/cni /opt/cni; do
+  for d in /var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods /var/run/netns /etc/cni /opt/cni /etc/kueue; do
     grep -qx "existed $d" "$STATE_ROOT/machine.before" && continue
     [ -e "$d" ] || continue
     awk -v d="$d" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l 2>/dev/null

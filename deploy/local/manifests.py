@@ -31,6 +31,7 @@ SYSTEM_NAMESPACES = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
 JOBSET_POD_SELECTOR = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name",
                                              "operator": "Exists"}]}
 
+NAMESPACES = {"jobset": "jobset-system", "kueue": "kueue-system", "trainer": "kubeflow-system"}
 LAYOUT = {
     "jobset": {"crds": "config/components/crd/bases/*.yaml",
                "rbac": "config/components/rbac/role.yaml",
@@ -59,9 +60,9 @@ def crds(comp: str, mod: str, port: int, ca: str) -> list[Obj]:
     for path in sorted(glob.glob(os.path.join(mod, LAYOUT[comp]["crds"]))):
         out += [d for d in load(path) if d.get("kind") == "CustomResourceDefinition"]
     for d in out:
-        # A CRD that serves several versions converts through its controller's /convert
-        # (upstream wires that with a kustomize patch to an in-cluster Service).
-        if len([v for v in d["spec"]["versions"] if v.get("served")]) > 1:
+        # The CRDs upstream's kustomization patches to convert through the controller's
+        # /convert (webhook_in_<plural>.yaml) do so here too, at its loopback port.
+        if d["spec"]["names"]["plural"] in converted(mod, LAYOUT[comp]["crds"]):
             d["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
                 "clientConfig": {"url": f"https://127.0.0.1:{port}/convert", "caBundle": ca},
                 "conversionReviewVersions": ["v1"]}}
@@ -70,17 +71,35 @@ def crds(comp: str, mod: str, port: int, ca: str) -> list[Obj]:
     return out
 
 
+def converted(mod: str, crd_glob: str) -> set[str]:
+    kust = os.path.join(mod, os.path.dirname(os.path.dirname(crd_glob)), "kustomization.yaml")
+    if not os.path.exists(kust):
+        return set()
+    patches = (load(kust) or [{}])[0].get("patches") or []
+    names = [os.path.basename(p.get("path", "")) for p in patches]
+    return {n[len("webhook_in_"):-len(".yaml")] for n in names if n.startswith("webhook_in_")}
+
+
 def rbac(comp: str, mod: str) -> list[Obj]:
+    """The controller's ClusterRole and its namespaced manager Roles, bound to the user
+    its client certificate names (``<comp>-controller``)."""
+    ns = NAMESPACES[comp]
+    rbac_dir = os.path.dirname(os.path.join(mod, LAYOUT[comp]["rbac"]))
     roles = [d for d in load(os.path.join(mod, LAYOUT[comp]["rbac"])) if d["kind"] == "ClusterRole"]
-    out: list[Obj] = []
+    for path in sorted(glob.glob(os.path.join(rbac_dir, "manager_*_role.yaml"))):
+        roles += [d for d in load(path) if d["kind"] == "Role"]
+    out: list[Obj] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}]
     for role in roles:
         name = f"dispatch-local-{comp}-{role['metadata']['name']}"
-        role["metadata"] = {"name": name}
+        namespaced = role["kind"] == "Role"
+        meta = {"name": name, **({"namespace": ns} if namespaced else {})}
+        role["metadata"] = meta
         out.append(role)
         out.append({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding" if namespaced else "ClusterRoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role["kind"],
                         "name": name},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                           "name": f"{comp}-controller"}],

@@ -97,7 +97,7 @@ if [ ! -f "$STATE_ROOT/machine.before" ]; then
     for s in vm.overcommit_memory kernel.panic kernel.panic_on_oops; do
       echo "sysctl $s $(sysctl -n "$s")"
     done
-    for d in /var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods /var/run/netns /etc/cni /opt/cni; do
+    for d in /var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods /var/run/netns /etc/cni /opt/cni /etc/kueue; do
       [ -e "$d" ] && echo "existed $d"
     done
     ip netns list 2>/dev/null | awk '{print "netns " $1}'
@@ -150,7 +150,7 @@ start_proc kube-apiserver "$STATE/logs/kube-apiserver.log" "$(resolve_bin kube-a
   --kubelet-client-certificate "$P/apiserver-kubelet-client.crt" \
   --kubelet-client-key "$P/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types InternalIP,Hostname \
-  --allow-privileged true --profiling false --v 1 \
+  --allow-privileged=true --profiling=false --v 1 \
   --feature-gates PodLogsQuerySplitStreams=true
 wait_until kube-apiserver "$STATE/logs/kube-apiserver.log" 90 admin_curl /readyz
 
@@ -306,7 +306,7 @@ for c in jobset kueue trainer; do
   kctl apply --server-side --force-conflicts -f "$M/$c-crds.yaml" -f "$M/$c-rbac.yaml" >>"$STATE/logs/install.log" 2>&1 \
     || fail "$c" "$STATE/logs/install.log" "applying its CRDs and RBAC failed"
 done
-kctl create namespace kueue-system >>"$STATE/logs/install.log" 2>&1 || true
+
 kctl wait --for condition=established --timeout 60s crd --all >>"$STATE/logs/install.log" 2>&1 \
   || fail crds "$STATE/logs/install.log" "CRDs not established"
 
@@ -333,7 +333,8 @@ metrics: {bindAddress: "0"}
 health: {healthProbeBindAddress: "127.0.0.1:$KUEUE_HEALTH_PORT"}
 integrations:
   frameworks: ["batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob"]
-featureGates: {AdmissionGatedBy: true}
+# VisibilityOnDemand serves an aggregated API from a fixed cert path (/visibility); not used here.
+featureGates: {AdmissionGatedBy: true, VisibilityOnDemand: false}
 EOF
 cat > "$C/trainer.yaml" <<EOF
 apiVersion: config.trainer.kubeflow.org/v1alpha1
@@ -345,6 +346,10 @@ metrics: {bindAddress: "0"}
 health: {healthProbeBindAddress: "127.0.0.1:$TRAINER_HEALTH_PORT"}
 statusServer: {port: $TRAINER_STATUS_PORT}
 EOF
+# Kueue reads its metrics serving certificate from this fixed path when it does not manage
+# certificates itself (cmd/kueue/main.go); down.sh removes it again.
+mkdir -p /etc/kueue/metrics/certs
+cp "$C/certs/tls.crt" "$C/certs/tls.key" /etc/kueue/metrics/certs/
 for c in jobset kueue trainer; do
   # TMPDIR: where controller-runtime looks for serving certificates by default.
   mkdir -p "$C/$c-tmp/k8s-webhook-server"

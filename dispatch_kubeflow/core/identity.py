@@ -76,7 +76,7 @@ def epoch(submission: int, r: int) -> int:
         raise IdentityError(f"submission: must be at least 1, got {submission}")
     if not 0 <= r <= R_MAX:
         raise IdentityError(f"R: must be between 0 and {R_MAX}, got {r}")
-    return submission * 10**R_DIGITS + r
+    return int(submission * 10**R_DIGITS + r)
 
 
 def parse_count(value: str | None, field: str) -> int:

@@ -66,7 +66,7 @@ class Kube:
         cfg = k8s_client.Configuration()
         try:
             if in_cluster:
-                k8s_config.load_incluster_config(client_configuration=cfg)
+                k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
             else:
                 await k8s_config.load_kube_config(
                     config_file=kubeconfig, context=context, client_configuration=cfg
@@ -107,13 +107,14 @@ class Kube:
         queries: list[tuple[str, Any]] = []
         await self._api.update_params_for_auth(headers, queries, ["BearerToken"])
         params = [(k, _q(v)) for k, v in (query or {}).items() if v is not None] + queries
-        url = self._api.configuration.host + path
+        url = str(self._api.configuration.host) + path
         if timeout is None:
             timeout = self.request_timeout
         self.requests += 1
         try:
             resp = await self._api.rest_client.request(
-                method, url, query_params=params, headers=headers, body=body,
+                method, url, query_params=params,  # type: ignore[arg-type]  # urlencode takes pairs
+                headers=headers, body=body,
                 _preload_content=False, _request_timeout=timeout,
             )
         except (TimeoutError, aiohttp.ClientError) as exc:

@@ -120,8 +120,9 @@ async def test_background_deletion_collects_the_jobset_jobs_and_pods(kube: Kube,
         await eventually(running, 120, "two running pods")
 
         async def printed_ready() -> bool:
-            pods = await pods_of(kube, namespace, "slow")
-            return all("ready" in await pod_log(kube, namespace, p["metadata"]["name"]) for p in pods)
+            logs = [await pod_log(kube, namespace, p["metadata"]["name"])
+                    for p in await pods_of(kube, namespace, "slow")]
+            return len(logs) == 2 and all("ready" in text for text in logs)
 
         await eventually(printed_ready, 30, "the trap installed")
         deleted_at = time.monotonic()

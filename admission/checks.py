@@ -1,0 +1,129 @@
+"""Keep condition ``Active`` on every AdmissionCheck whose controllerName is ours.
+
+Kueue makes a ClusterQueue inactive while one of its checks is not Active, so the condition
+is the check's heartbeat for Kueue as the Lease is for the adapter. Only the leader writes:
+True (reason ``Active``) while it leads; False with a reason that says why otherwise
+(``ParametersNotSupported``; ``ControllerStopped`` when the leader shuts down cleanly, written
+before it releases the Lease so a successor's True is never overwritten). The write is a
+server-side apply of that one condition on the status subresource.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from admission.informer import Informer, Obj
+from admission.lease import LeaderElector
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.resources import ADMISSION_CHECK
+
+log = logging.getLogger(__name__)
+
+ACTIVE = "Active"
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveState:
+    status: str
+    reason: str
+    message: str
+
+
+def is_ours(ac: Obj) -> bool:
+    return (ac.get("spec") or {}).get("controllerName") == names.CONTROLLER_NAME
+
+
+def desired(ac: Obj, *, identity: str, lease: str, stopping: bool = False) -> ActiveState:
+    """The Active condition a leader wants on ``ac``."""
+    if (ac.get("spec") or {}).get("parameters"):
+        return ActiveState("False", "ParametersNotSupported",
+                           "dispatch-admission takes no parameters; remove spec.parameters")
+    if stopping:
+        return ActiveState("False", "ControllerStopped",
+                           f"leader {identity} shut down; another replica takes over when it "
+                           f"acquires Lease {lease}")
+    return ActiveState("True", ACTIVE, f"leader {identity} holds Lease {lease}")
+
+
+def current(ac: Obj) -> Obj | None:
+    for c in (ac.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ACTIVE:
+            return dict(c)
+    return None
+
+
+def needs_write(ac: Obj, want: ActiveState) -> bool:
+    cur = current(ac) or {}
+    gen = (ac.get("metadata") or {}).get("generation")
+    return (cur.get("status"), cur.get("reason"), cur.get("message"),
+            cur.get("observedGeneration")) != (want.status, want.reason, want.message, gen)
+
+
+def apply_body(ac: Obj, want: ActiveState, now: datetime) -> Obj:
+    cur = current(ac) or {}
+    ltt = cur.get("lastTransitionTime")
+    if cur.get("status") != want.status or not ltt:
+        ltt = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    meta = ac.get("metadata") or {}
+    cond: Obj = {"type": ACTIVE, "status": want.status, "reason": want.reason,
+                 "message": want.message, "lastTransitionTime": ltt}
+    if meta.get("generation") is not None:
+        cond["observedGeneration"] = meta["generation"]
+    return {"apiVersion": ADMISSION_CHECK.api_version, "kind": ADMISSION_CHECK.kind,
+            "metadata": {"name": meta.get("name")}, "status": {"conditions": [cond]}}
+
+
+class ActiveConditions:
+    """Reconciles the condition whenever a check changes or leadership starts."""
+
+    def __init__(self, kube: Kube, elector: LeaderElector, checks: Informer) -> None:
+        self.kube = kube
+        self.elector = elector
+        self.checks = checks
+        self.lease = f"{elector.namespace}/{elector.name}"
+        self._dirty = asyncio.Event()
+        checks.subscribe(lambda *_: self._dirty.set())
+        elector.on_change(lambda leading: self._dirty.set() if leading else None)
+
+    async def _write(self, ac: Obj, want: ActiveState) -> None:
+        name = ac["metadata"]["name"]
+        await self.kube.patch(ADMISSION_CHECK, name, apply_body(ac, want, datetime.now(UTC)),
+                              kind="apply", subresource="status",
+                              field_manager=names.FIELD_MANAGER, force=True)
+        log.info("admission check %s: Active=%s (%s)", name, want.status, want.reason,
+                 extra={"admission_check": name})
+
+    async def sync(self, *, stopping: bool = False) -> bool:
+        """One pass over our checks; True when every write succeeded."""
+        ok = True
+        for ac in self.checks.values():
+            if not is_ours(ac) or not self.elector.is_leader():
+                continue
+            want = desired(ac, identity=self.elector.identity, lease=self.lease,
+                           stopping=stopping)
+            if not needs_write(ac, want):
+                continue
+            try:
+                await self._write(ac, want)
+            except errors.KubeError as exc:
+                ok = False
+                log.warning("cannot write Active on admission check %s: %s",
+                            ac["metadata"].get("name"), exc)
+        return ok
+
+    async def run(self) -> None:
+        backoff = 0.2
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            if await self.sync():
+                backoff = 0.2
+            else:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+                self._dirty.set()

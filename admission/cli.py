@@ -1,0 +1,148 @@
+"""``dispatch-admission``: flags, then run the controller.
+
+Exit codes: 0 clean shutdown, 1 a part of the controller crashed, 2 bad flags or a
+kubeconfig / TLS file that cannot be read (the message says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Sequence
+from urllib.parse import urlparse
+
+from admission.app import Config, Controller
+from admission.observability import parse_listen, setup_logging
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube
+
+log = logging.getLogger("admission")
+
+
+def _listen(value: str) -> str:
+    try:
+        parse_listen(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _seconds(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return v
+
+
+def _url(value: str) -> str:
+    u = urlparse(value)
+    if u.scheme != "https" or not u.hostname:
+        raise argparse.ArgumentTypeError(f"expected https://host[:port], got {value!r}")
+    return value
+
+
+def _service(value: str) -> str:
+    ns_name, _, port = value.partition(":")
+    ns, _, name = ns_name.partition("/")
+    if not ns or not name or (port and not port.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME[:PORT], got {value!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dispatch-admission",
+        description="dispatch's admission controller: readmission gate (Kueue AdmissionCheck "
+                    f"{names.CONTROLLER_NAME}), execution identity webhook, hold expiry.")
+    a = p.add_argument
+    a("--kubeconfig", help="kubeconfig file (default: in-cluster service account if running "
+                           "in a pod, else $KUBECONFIG or ~/.kube/config)")
+    a("--context", help="kubeconfig context (default: the current one)")
+    a("--namespace", default=names.CONTROLLER_NAMESPACE,
+      help="namespace of the Lease and the TLS secret (default %(default)s)")
+    a("--lease-name", default=names.LEASE_NAME, help="Lease name (default %(default)s)")
+    a("--identity", default="", help="holder identity (default: <hostname>_<random>)")
+    a("--lease-duration", type=_seconds, default=15.0, help="seconds (default %(default)s)")
+    a("--renew-deadline", type=_seconds, default=10.0, help="seconds (default %(default)s)")
+    a("--retry-period", type=_seconds, default=2.0, help="seconds (default %(default)s)")
+    a("--webhook-listen", type=_listen, default="0.0.0.0:9443",
+      help="host:port the HTTPS webhook listens on (default %(default)s)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--webhook-url", type=_url, default=None,
+                   help="manage the MutatingWebhookConfiguration, pointing the API server at "
+                        "this URL (a host process, e.g. https://127.0.0.1:9443)")
+    g.add_argument("--webhook-service", type=_service, default=None,
+                   help="manage the MutatingWebhookConfiguration, pointing at this Service "
+                        "NAMESPACE/NAME[:PORT] (in a cluster)")
+    a("--tls-cert", default="", help="serving certificate (PEM); with --tls-key")
+    a("--tls-key", default="", help="its private key (PEM)")
+    a("--tls-ca", default="", help="CA bundle to publish as caBundle (default: --tls-cert)")
+    a("--tls-secret", default="",
+      help="Secret in --namespace holding (or, created on first use, to hold) the serving "
+           "certificate that every replica shares")
+    a("--metrics-listen", type=_listen, default=None, help="host:port for /metrics (off if unset)")
+    a("--health-listen", type=_listen, default=None,
+      help="host:port for /healthz and /readyz (off if unset)")
+    a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def config_from(ns: argparse.Namespace) -> Config:
+    identity = ns.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    return Config(
+        namespace=ns.namespace, lease_name=ns.lease_name, identity=identity,
+        lease_duration=ns.lease_duration, renew_deadline=ns.renew_deadline,
+        retry_period=ns.retry_period, webhook_listen=ns.webhook_listen,
+        webhook_url=ns.webhook_url or "", webhook_service=ns.webhook_service or "",
+        tls_cert=ns.tls_cert, tls_key=ns.tls_key, tls_ca=ns.tls_ca, tls_secret=ns.tls_secret,
+        metrics_listen=ns.metrics_listen or "", health_listen=ns.health_listen or "")
+
+
+def validate(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """Checks argparse cannot express; p.error exits 2 with the message."""
+    if bool(ns.tls_cert) != bool(ns.tls_key):
+        p.error("--tls-cert and --tls-key go together")
+    if ns.tls_cert and ns.tls_secret:
+        p.error("--tls-secret and --tls-cert/--tls-key are alternatives; give one")
+    if not ns.retry_period < ns.renew_deadline < ns.lease_duration:
+        p.error("need --retry-period < --renew-deadline < --lease-duration "
+                f"(got {ns.retry_period} < {ns.renew_deadline} < {ns.lease_duration})")
+    if ns.kubeconfig and not os.access(ns.kubeconfig, os.R_OK):
+        p.error(f"--kubeconfig: cannot read {ns.kubeconfig}")
+
+
+async def _main(ns: argparse.Namespace) -> int:
+    in_cluster = not ns.kubeconfig and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    try:
+        kube = await Kube.connect(kubeconfig=ns.kubeconfig, context=ns.context,
+                                  in_cluster=in_cluster)
+    except errors.SettingsError as exc:
+        print(f"dispatch-admission: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # e.g. a YAML error the transport does not map
+        where = ns.kubeconfig or "the default kubeconfig"
+        print(f"dispatch-admission: cannot load {where}: {exc}", file=sys.stderr)
+        return 2
+    async with kube:
+        try:
+            return await Controller(kube, config_from(ns)).run()
+        except errors.SettingsError as exc:
+            print(f"dispatch-admission: {exc}", file=sys.stderr)
+            return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    ns = p.parse_args(argv)
+    validate(p, ns)
+    setup_logging(ns.log_level)
+    return asyncio.run(_main(ns))

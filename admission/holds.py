@@ -1,0 +1,126 @@
+"""Release Kueue-mode holds whose hold-until has passed.
+
+A hold is ``spec.active=false`` plus the ``hold-*`` annotations on the Workload
+(docs/design.md "Holds"). Each held Workload gets one timer at its hold-until (no poll of
+everything); when it fires the leader re-reads the Workload and, if the same hold instance is
+still there and expired, sets ``spec.active=true`` and removes the annotations in one merge
+patch with a resourceVersion precondition (so a hold renewed meanwhile is never released).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+
+from admission.informer import Informer, Key, Obj, key_of
+from admission.lease import LeaderElector
+from admission.observability import Metrics
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.resources import WORKLOAD
+
+log = logging.getLogger(__name__)
+
+
+def hold_until(wl: Obj) -> datetime | None:
+    """The hold's end if the Workload is held (inactive with a readable hold-until)."""
+    meta = wl.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    raw = annotations.get(names.HOLD_UNTIL)
+    if not raw or (wl.get("spec") or {}).get("active") is not False:
+        return None
+    try:
+        t = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def release_patch(wl: Obj) -> Obj:
+    """spec.active=true and every hold annotation removed, only on this exact version."""
+    meta = wl.get("metadata") or {}
+    return {
+        "metadata": {"resourceVersion": meta.get("resourceVersion"),
+                     "annotations": dict.fromkeys(names.HOLD_ANNOTATIONS)},
+        "spec": {"active": True},
+    }
+
+
+class HoldExpiry:
+    def __init__(self, kube: Kube, elector: LeaderElector, workloads: Informer,
+                 metrics: Metrics) -> None:
+        self.kube = kube
+        self.elector = elector
+        self.workloads = workloads
+        self.metrics = metrics
+        self._timers: dict[Key, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        workloads.subscribe(self._on_workload)
+        elector.on_change(self._on_leadership)
+
+    def _on_leadership(self, leading: bool) -> None:
+        if leading:  # timers that fired while we followed did nothing: look again
+            for wl in self.workloads.values():
+                self._schedule(key_of(wl), wl)
+
+    def _on_workload(self, typ: str, old: Obj | None, new: Obj | None) -> None:
+        key = key_of(new or old or {})
+        self._schedule(key, new)
+
+    def _schedule(self, key: Key, wl: Obj | None) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        until = hold_until(wl) if wl else None
+        if until is None:
+            return
+        delay = max(0.0, (until - datetime.now(UTC)).total_seconds())
+        loop = asyncio.get_running_loop()
+        self._timers[key] = loop.call_later(delay, self._fire, key)
+
+    def _fire(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        task = asyncio.get_running_loop().create_task(self._release(key))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _release(self, key: Key) -> None:
+        for attempt in range(20):
+            try:
+                await self._release_once(key)
+                return
+            except errors.KubeError as exc:  # 409 included: re-read and judge again
+                delay = min(0.2 * float(2**attempt), 30.0)
+                log.warning("cannot release expired hold of %s/%s: %s; retrying in %.1fs",
+                            *key, exc, delay)
+                await asyncio.sleep(delay)
+        log.error("gave up releasing the expired hold of %s/%s", *key)
+
+    async def _release_once(self, key: Key) -> None:
+        if not self.elector.is_leader():
+            return  # the next leader looks at every hold when it starts leading
+        ns, name = key
+        wl = await self.kube.get_or_none(WORKLOAD, name, ns)
+        until = hold_until(wl) if wl else None
+        if wl is None or until is None:
+            return
+        if until > datetime.now(UTC):
+            self._schedule(key, wl)
+            return
+        if not await self.elector.confirm():
+            return
+        instance = (wl["metadata"].get("annotations") or {}).get(names.HOLD_INSTANCE)
+        await self.kube.patch(WORKLOAD, name, release_patch(wl), ns, kind="merge")
+        self.metrics.holds_released.inc()
+        log.info("released expired hold of workload %s/%s", ns, name,
+                 extra={"workload": f"{ns}/{name}", "hold_instance": instance,
+                        "hold_until": until.isoformat()})
+
+    def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        for task in self._tasks:
+            task.cancel()

@@ -1,0 +1,168 @@
+"""Logs, Events, metrics and health endpoints.
+
+* Logs are one JSON object a line (``ts``, ``level``, ``logger``, ``msg`` and any ``extra``).
+* Each readmission decision is an events.k8s.io/v1 Event on the TrainJob.
+* Prometheus metrics live in their own registry (tests start several controllers in one
+  process) and are served on ``--metrics-listen``; ``/healthz`` and ``/readyz`` on
+  ``--health-listen``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.resources import EVENT
+
+log = logging.getLogger(__name__)
+
+_STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; ``extra`` fields become top-level keys."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for k, v in vars(record).items():
+            if k not in _STD_ATTRS and not k.startswith("_"):
+                out[k] = v if isinstance(v, str | int | float | bool | None) else str(v)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, separators=(",", ":"))
+
+
+def setup_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+class Metrics:
+    """The controller's Prometheus metrics."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.decisions = Counter(
+            "dispatch_admission_decisions", "Readmission decisions by outcome.",
+            ["outcome"], registry=self.registry)
+        self.ready_latency = Histogram(
+            "dispatch_admission_ready_latency_seconds",
+            "From the Workload's quota reservation to the check written Ready.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+            registry=self.registry)
+        self.leader = Gauge("dispatch_admission_leader",
+                            "1 while this replica holds the Lease.", registry=self.registry)
+        self.webhook = Counter("dispatch_admission_webhook_reviews",
+                               "Pod admission reviews by outcome.", ["outcome"],
+                               registry=self.registry)
+        self.holds_released = Counter("dispatch_admission_holds_released",
+                                      "Expired holds released.", registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class EventRecorder:
+    """Posts events.k8s.io/v1 Events; a failure is logged, never raised (events are advice)."""
+
+    def __init__(self, kube: Kube, *, instance: str) -> None:
+        self.kube = kube
+        self.instance = instance[:128]
+
+    async def record(self, regarding: dict[str, Any], *, reason: str, note: str,
+                     action: str, type_: str = "Normal") -> None:
+        meta = regarding.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        body = {
+            "metadata": {"name": f"{meta.get('name')}.{secrets.token_hex(8)}",
+                         "namespace": namespace},
+            "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "reportingController": names.CONTROLLER_NAME,
+            "reportingInstance": self.instance,
+            "action": action,
+            "reason": reason,
+            "note": note[:1024],
+            "type": type_,
+            "regarding": {"apiVersion": regarding.get("apiVersion", ""),
+                          "kind": regarding.get("kind", ""), "namespace": namespace,
+                          "name": meta.get("name", ""), "uid": meta.get("uid", "")},
+        }
+        try:
+            await self.kube.create(EVENT, body, namespace)
+        except errors.KubeError as exc:
+            log.warning("cannot record event %s on %s/%s: %s", reason, namespace,
+                        meta.get("name"), exc)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:port`` for IPv6); raises ValueError with a readable message."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected host:port, got {value!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+class HealthServer:
+    """``/healthz`` (the event loop answers) and ``/readyz`` (``ready()`` says so)."""
+
+    def __init__(self, ready: Callable[[], tuple[bool, str]], metrics: Metrics) -> None:
+        self._ready = ready
+        self._metrics = metrics
+        self._runners: list[web.AppRunner] = []
+        self.started = time.monotonic()
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        ok, why = self._ready()
+        return web.Response(status=200 if ok else 503, text=f"{why}\n")
+
+    async def _metrics_view(self, _: web.Request) -> web.Response:
+        return web.Response(body=self._metrics.render(),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def start(self, *, health: str | None, metrics: str | None) -> None:
+        for listen, routes in ((health, [web.get("/healthz", self._healthz),
+                                         web.get("/readyz", self._readyz)]),
+                               (metrics, [web.get("/metrics", self._metrics_view)])):
+            if not listen:
+                continue
+            app = web.Application()
+            app.add_routes(routes)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            host, port = parse_listen(listen)
+            await web.TCPSite(runner, host, port).start()
+            self._runners.append(runner)
+
+    async def stop(self) -> None:
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
+
+
+async def forever() -> None:
+    await asyncio.Event().wait()

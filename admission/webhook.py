@@ -1,0 +1,256 @@
+"""The mutating webhook that gives every container of a dispatch pod its execution identity.
+
+Served by every replica, leader or not (admission must not wait for an election). For a pod
+labelled ``dispatch.phpboyscout.uk/job-id`` it reads A from the TrainJob named by the pod's
+``jobset-name`` label (a fresh GET: A may have risen a moment ago), J from the pod's
+``restart-attempt`` label, and sets ``DISPATCH_JOB_ID``, ``DISPATCH_SUBMISSION``,
+``DISPATCH_ATTEMPT`` and ``DISPATCH_EPOCH`` on every container and init container, replacing
+existing values. Anything it cannot read denies the pod (fail closed). Dry-run requests are
+handled the same way: that is how the adapter's preflight proves the injection.
+
+The MutatingWebhookConfiguration (design.md) is written here too when the controller manages
+it (``--webhook-url`` for a host process, ``--webhook-service`` in a cluster).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from admission.observability import Metrics, parse_listen
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.identity import ExecutionIdentity, IdentityError, parse_count
+from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube.resources import TRAINJOB
+
+log = logging.getLogger(__name__)
+
+PATH = "/mutate-pods"
+MUTATING_WEBHOOK_CONFIGURATION = Resource(
+    "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration", namespaced=False)
+
+Obj = dict[str, Any]
+
+
+class Denied(Exception):
+    """The pod must not be created; the message tells its creator why."""
+
+
+# --- pure ------------------------------------------------------------------------------------
+def is_dispatch_pod(pod: Obj) -> bool:
+    return bool(((pod.get("metadata") or {}).get("labels") or {}).get(names.JOB_ID_LABEL))
+
+
+def trainjob_name(pod: Obj) -> str:
+    name = ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOBSET_NAME_LABEL)
+    if not name:
+        raise Denied(f"dispatch pod without label {names.JOBSET_NAME_LABEL}: "
+                     "cannot tell which TrainJob it belongs to")
+    return str(name)
+
+
+def identity_for(pod: Obj, trainjob: Obj) -> ExecutionIdentity:
+    """The pod's identity from its labels and the TrainJob's A; Denied when unreadable."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    tj_meta = trainjob.get("metadata") or {}
+    job_id = str(labels.get(names.JOB_ID_LABEL) or "")
+    tj_job = ((tj_meta.get("labels") or {}).get(names.JOB_ID_LABEL))
+    if tj_job != job_id:
+        raise Denied(f"pod's {names.JOB_ID_LABEL}={job_id!r} differs from TrainJob "
+                     f"{tj_meta.get('name')}'s {tj_job!r}")
+    try:
+        for label in (names.SUBMISSION_LABEL, names.ATTEMPT_LABEL):
+            if not labels.get(label):
+                raise IdentityError(f"{label}: missing")
+        return ExecutionIdentity(
+            job_id=job_id,
+            submission=parse_count(labels.get(names.SUBMISSION_LABEL), names.SUBMISSION_LABEL),
+            attempt=parse_count(labels.get(names.ATTEMPT_LABEL), names.ATTEMPT_LABEL),
+            admissions=parse_count((tj_meta.get("annotations") or {}).get(names.ADMISSION_COUNT),
+                                   names.ADMISSION_COUNT),
+            restarts=parse_count(labels.get(names.RESTART_ATTEMPT_LABEL),
+                                 names.RESTART_ATTEMPT_LABEL),
+        )
+    except IdentityError as exc:
+        raise Denied(f"cannot build the execution identity: {exc}") from exc
+
+
+def env_patch(pod: Obj, ident: ExecutionIdentity) -> list[Obj]:
+    """JSONPatch ops setting the identity on every container and init container."""
+    ours = ident.env()
+    ops: list[Obj] = []
+    spec = pod.get("spec") or {}
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(field) or []):
+            env = [e for e in c.get("env") or [] if e.get("name") not in ours]
+            env += [{"name": k, "value": v} for k, v in ours.items()]
+            # "add" replaces an existing member (RFC 6902), so it works with or without env.
+            ops.append({"op": "add", "path": f"/spec/{field}/{i}/env", "value": env})
+    return ops
+
+
+def review_response(uid: str, *, patch: list[Obj] | None = None,
+                    denied: str | None = None) -> Obj:
+    resp: Obj = {"uid": uid, "allowed": denied is None}
+    if denied is not None:
+        resp["status"] = {"code": 403, "reason": "Forbidden", "message": denied}
+    elif patch:
+        resp["patchType"] = "JSONPatch"
+        resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
+
+
+async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj | None]]) -> Obj:
+    """Answer one AdmissionReview request (the ``request`` member)."""
+    uid = str(request.get("uid") or "")
+    pod = request.get("object") or {}
+    if not is_dispatch_pod(pod):
+        return review_response(uid)
+    namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace")
+                    or "")
+    try:
+        name = trainjob_name(pod)
+        try:
+            tj = await get_trainjob(namespace, name)
+        except errors.KubeError as exc:
+            raise Denied(f"cannot read TrainJob {namespace}/{name}: {exc}") from exc
+        if tj is None:
+            raise Denied(f"TrainJob {namespace}/{name} does not exist")
+        return review_response(uid, patch=env_patch(pod, identity_for(pod, tj)))
+    except Denied as exc:
+        return review_response(uid, denied=f"dispatch-admission: {exc}")
+
+
+# --- configuration -----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """Where the API server calls the webhook: a URL, or a Service (namespace/name:port)."""
+
+    url: str = ""
+    service: str = ""
+
+    def render(self, ca_bundle: str) -> Obj:
+        if self.url:
+            return {"url": self.url.rstrip("/") + PATH, "caBundle": ca_bundle}
+        ns_name, _, port = self.service.partition(":")
+        ns, _, name = ns_name.partition("/")
+        return {"service": {"namespace": ns, "name": name, "path": PATH,
+                            "port": int(port or 443)}, "caBundle": ca_bundle}
+
+
+def webhook_configuration(client: ClientConfig, ca_bundle: str) -> Obj:
+    """The MutatingWebhookConfiguration of docs/design.md."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": names.WEBHOOK_CONFIGURATION,
+                     "labels": {"app.kubernetes.io/name": "dispatch-admission"}},
+        "webhooks": [{
+            "name": names.WEBHOOK_NAME,
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": client.render(ca_bundle),
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods"], "scope": "Namespaced"}],
+            # Only dispatch pods depend on this controller; every other pod never calls it.
+            "objectSelector": {"matchExpressions": [
+                {"key": names.JOB_ID_LABEL, "operator": "Exists"}]},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "timeoutSeconds": 10,
+            "matchPolicy": "Equivalent",
+            # Another webhook may add a container after us: run again so it gets identity.
+            "reinvocationPolicy": "IfNeeded",
+        }],
+    }
+
+
+async def ensure_configuration(kube: Kube, client: ClientConfig, ca_bundle: str) -> None:
+    """Create or update the configuration; leaves it alone when it already says the same."""
+    want = webhook_configuration(client, ca_bundle)
+    res = MUTATING_WEBHOOK_CONFIGURATION
+    for _ in range(5):
+        cur = await kube.get_or_none(res, names.WEBHOOK_CONFIGURATION)
+        if cur is None:
+            try:
+                await kube.create(res, want)
+                log.info("created MutatingWebhookConfiguration %s", names.WEBHOOK_CONFIGURATION)
+                return
+            except errors.KubeConflict:
+                continue
+        if _same(cur, want):
+            return
+        cur["webhooks"] = want["webhooks"]
+        try:
+            await kube.replace(res, cur)
+            log.info("updated MutatingWebhookConfiguration %s", names.WEBHOOK_CONFIGURATION)
+            return
+        except errors.KubeConflict:
+            continue
+    raise errors.KubeConflict("MutatingWebhookConfiguration kept changing under us", status=409)
+
+
+def _same(cur: Obj, want: Obj) -> bool:
+    cur_hooks = cur.get("webhooks") or []
+    if len(cur_hooks) != 1:
+        return False
+    have, need = cur_hooks[0], want["webhooks"][0]
+    return all(have.get(k) == v for k, v in need.items())
+
+
+# --- server --------------------------------------------------------------------------------
+class WebhookServer:
+    def __init__(self, kube: Kube, metrics: Metrics) -> None:
+        self.kube = kube
+        self.metrics = metrics
+        self._runner: web.AppRunner | None = None
+        self.serving = False
+
+    async def _get_trainjob(self, namespace: str, name: str) -> Obj | None:
+        return await self.kube.get_or_none(TRAINJOB, name, namespace)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            req = body["request"]
+        except (ValueError, KeyError, TypeError):
+            self.metrics.webhook.labels("malformed").inc()
+            return web.Response(status=400, text="expected an AdmissionReview v1\n")
+        out = await review(req, self._get_trainjob)
+        resp = out["response"]
+        outcome = "denied" if not resp["allowed"] else ("patched" if "patch" in resp
+                                                        else "ignored")
+        self.metrics.webhook.labels(outcome).inc()
+        pod_meta = (req.get("object") or {}).get("metadata") or {}
+        log_fn = log.warning if outcome == "denied" else log.debug
+        log_fn("pod review %s", outcome, extra={
+            "namespace": req.get("namespace"), "pod": pod_meta.get("name") or
+            pod_meta.get("generateName"), "dry_run": bool(req.get("dryRun")),
+            "reason": (resp.get("status") or {}).get("message", "")})
+        return web.json_response(out)
+
+    async def start(self, listen: str, tls: ssl.SSLContext) -> None:
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app.add_routes([web.post(PATH, self._handle)])
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        host, port = parse_listen(listen)
+        # reuse_port: replicas on one host (the local cluster) share the address the
+        # configuration names, like endpoints behind a Service.
+        await web.TCPSite(self._runner, host, port, ssl_context=tls, reuse_port=True).start()
+        self.serving = True
+        log.info("webhook serving on https://%s:%d%s", host, port, PATH)
+
+    async def stop(self) -> None:
+        self.serving = False
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -1,0 +1,358 @@
+"""The admission controller against the real local cluster (Kueue, JobSet, Trainer).
+
+Each test gets its own namespace ``adm-<hex>`` and ClusterQueue of the same name listing the
+``dispatch-admission`` check, and a TrainJob built the way the library builds one: a
+namespaced runtime copy whose pod template carries the dispatch labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import resources as r
+from tests.cluster.admission_fixture import AdmissionHandle, dump_logs
+from tests.cluster.helpers import (
+    IMAGE,
+    delete_cluster_queue,
+    eventually,
+    is_true,
+    make_queues,
+    pod_log,
+    pods_of,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
+Obj = dict[str, Any]
+CHECK = names.ADMISSION_CHECK
+
+
+@pytest_asyncio.fixture
+async def ns(kube: Kube) -> AsyncIterator[str]:
+    name = f"adm-{uuid.uuid4().hex[:8]}"
+    await kube.create(r.NAMESPACE, {"metadata": {"name": name}})
+    await make_queues(kube, name, checks=[CHECK], cpu="2", memory="1Gi")
+    try:
+        yield name
+    finally:
+        await kube.delete(r.NAMESPACE, name)
+        await delete_cluster_queue(kube, name)
+
+
+def dispatch_labels(job_id: str) -> dict[str, str]:
+    return {names.JOB_ID_LABEL: job_id, names.SUBMISSION_LABEL: "1",
+            names.ATTEMPT_LABEL: "1", names.MANAGED_BY_LABEL: names.MANAGED_BY}
+
+
+async def dispatch_job(kube: Kube, ns: str, command: str, *, nodes: int = 2,
+                       max_restarts: int = 0, grace: int = 30) -> tuple[str, str]:
+    """A TrainJob + runtime copy like the library's Start (ungated). Returns (job id, name)."""
+    job_id = f"J{uuid.uuid4().hex[:10]}".upper()
+    name = names.trainjob_name(job_id, 1)
+    labels = dispatch_labels(job_id)
+    runtime = {"metadata": {"name": name, "labels": labels}, "spec": {
+        "mlPolicy": {"numNodes": nodes},
+        "template": {"spec": {
+            **({"failurePolicy": {"maxRestarts": max_restarts}} if max_restarts else {}),
+            "replicatedJobs": [{"name": "node", "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer",
+                                        **labels}},
+                "spec": {"backoffLimit": 0, "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace,
+                             "containers": [{
+                                 "name": names.TRAINER_CONTAINER, "image": IMAGE,
+                                 "imagePullPolicy": "IfNotPresent",
+                                 "resources": {"requests": {"cpu": "100m",
+                                                            "memory": "32Mi"}}}]}}}}}]}},
+    }}
+    await kube.create(r.TRAINING_RUNTIME, runtime, ns)
+    await kube.create(r.TRAINJOB, {
+        "metadata": {"name": name, "labels": {**labels, names.QUEUE_NAME_LABEL: "lq"}},
+        "spec": {"runtimeRef": {"apiGroup": names.TRAINER_GROUP,
+                                "kind": names.KIND_TRAINING_RUNTIME, "name": name},
+                 "suspend": True,
+                 "trainer": {"numNodes": nodes, "command": ["/bin/sh", "-c", command]}},
+    }, ns)
+    return job_id, name
+
+
+async def workload(kube: Kube, ns: str, trainjob: str) -> Obj | None:
+    items, _ = await kube.list(r.WORKLOAD, ns)
+    for wl in items:
+        for ref in wl["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "TrainJob" and ref.get("name") == trainjob:
+                return wl
+    return None
+
+
+def check_state(wl: Obj | None) -> Obj:
+    for c in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
+        if c.get("name") == CHECK:
+            return dict(c)
+    return {}
+
+
+async def admission_count(kube: Kube, ns: str, trainjob: str) -> int:
+    tj = await kube.get(r.TRAINJOB, trainjob, ns)
+    return int((tj["metadata"].get("annotations") or {}).get(names.ADMISSION_COUNT) or 0)
+
+
+async def wait_ready(kube: Kube, ns: str, tj: str, limit: float = 90) -> Obj:
+    async def probe() -> Obj | None:
+        wl = await workload(kube, ns, tj)
+        return wl if check_state(wl).get("state") == "Ready" else None
+    return await eventually(probe, limit, f"check {CHECK} Ready for {tj}")
+
+
+async def wait_running_pods(kube: Kube, ns: str, tj: str, n: int, marker: str,
+                            limit: float = 120) -> list[Obj]:
+    async def probe() -> list[Obj] | None:
+        pods = [p for p in await pods_of(kube, ns, tj)
+                if (p.get("status") or {}).get("phase") == "Running"
+                and not p["metadata"].get("deletionTimestamp")]
+        if len(pods) < n:
+            return None
+        for p in pods:
+            try:
+                if marker not in await pod_log(kube, ns, p["metadata"]["name"]):
+                    return None
+            except errors.KubeError:
+                return None
+        return pods
+    return await eventually(probe, limit, f"{n} running pods of {tj} printing {marker}")
+
+
+def env_of(log: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in log.splitlines()
+                if line.startswith("DISPATCH_") and "=" in line)
+
+
+async def set_active(kube: Kube, ns: str, wl: Obj, active: bool) -> None:
+    await kube.patch(r.WORKLOAD, wl["metadata"]["name"], {"spec": {"active": active}}, ns)
+
+
+async def raised_events(kube: Kube, ns: str, tj: str) -> int:
+    items, _ = await kube.list(r.EVENT, ns)
+    return sum(1 for e in items if e.get("reason") == "AdmissionCountRaised"
+               and (e.get("regarding") or {}).get("name") == tj)
+
+
+# A command that prints its identity, then ignores TERM for a few seconds before exiting, so
+# its pod stays terminating for a while after the execution is ended.
+SLOW_TERM = ("env | grep ^DISPATCH_ | sort; echo ready; "
+             "trap 'sleep 4; exit 143' TERM; while :; do sleep 1; done")
+
+
+async def test_a_rises_once_per_admission_and_waits_for_terminating_pods(
+        kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    admission.start()
+    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
+    try:
+        await wait_ready(kube, ns, tj)
+        assert await admission_count(kube, ns, tj) == 1
+        pods = await wait_running_pods(kube, ns, tj, 2, "ready")
+        env = env_of(await pod_log(kube, ns, pods[0]["metadata"]["name"]))
+        assert env["DISPATCH_ATTEMPT"] == f"{job_id}.1.1.1.0"
+        assert env["DISPATCH_EPOCH"] == "1000001"
+
+        # Deactivate and reactivate: the old pods take ~4 s to go (TERM trap).
+        wl = await workload(kube, ns, tj)
+        assert wl is not None
+        await set_active(kube, ns, wl, False)
+        await eventually(lambda: _terminating(kube, ns, tj), 60, "old pods terminating")
+        await set_active(kube, ns, wl, True)
+
+        async def waiting() -> Obj | None:
+            w = await workload(kube, ns, tj)
+            st = check_state(w)
+            return st if st.get("state") == "Pending" and "waiting for" in st.get(
+                "message", "") else None
+        st = await eventually(waiting, 60, "the check Pending, waiting for old pods", 0.1)
+        assert st["message"].endswith("pods of the previous execution to go")
+        assert await admission_count(kube, ns, tj) == 1  # not raised while pods remain
+
+        # Watch the moment the last old pod goes and the moment the check goes Ready.
+        gone_at = ready_at = 0.0
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not ready_at:
+            left = await pods_of(kube, ns, tj)
+            old = [p for p in left if p["metadata"].get("deletionTimestamp")]
+            w = await workload(kube, ns, tj)
+            if check_state(w).get("state") == "Ready":
+                ready_at = time.monotonic()
+                assert not old, "check Ready while an old pod still exists"
+            elif not old and not gone_at:
+                gone_at = time.monotonic()
+            await asyncio.sleep(0.05)
+        assert ready_at, dump_logs(admission)
+        assert gone_at, "never saw the old pods gone before Ready"
+        assert ready_at - gone_at < 1.0, f"Ready {ready_at - gone_at:.2f}s after the last pod"
+        assert await admission_count(kube, ns, tj) == 2
+        pods = await wait_running_pods(kube, ns, tj, 2, "ready")
+        env = env_of(await pod_log(kube, ns, pods[0]["metadata"]["name"]))
+        assert env["DISPATCH_ATTEMPT"] == f"{job_id}.1.1.2.0"
+        assert env["DISPATCH_EPOCH"] == "1000002"
+        assert await raised_events(kube, ns, tj) == 2
+    finally:
+        await kube.delete(r.TRAINJOB, tj, ns)
+
+
+async def _terminating(kube: Kube, ns: str, tj: str) -> bool:
+    return any(p["metadata"].get("deletionTimestamp") for p in await pods_of(kube, ns, tj))
+
+
+async def test_identity_counts_jobset_restarts(kube: Kube, ns: str,
+                                               admission: AdmissionHandle) -> None:
+    admission.start()
+    # The first execution (J = 0) fails, so JobSet restarts it: J = 1, R = A + J = 2.
+    cmd = ('env | grep ^DISPATCH_ | sort; case "$DISPATCH_ATTEMPT" in *.0) exit 1;; esac; '
+           "echo ready; trap 'exit 143' TERM; while :; do sleep 1; done")
+    job_id, tj = await dispatch_job(kube, ns, cmd, max_restarts=2, grace=1)
+    await wait_ready(kube, ns, tj)
+    pods = await wait_running_pods(kube, ns, tj, 2, "ready", limit=180)
+    for p in pods:
+        env = env_of(await pod_log(kube, ns, p["metadata"]["name"]))
+        assert p["metadata"]["labels"][names.RESTART_ATTEMPT_LABEL] == "1"
+        assert env == {"DISPATCH_JOB_ID": job_id, "DISPATCH_SUBMISSION": "1",
+                       "DISPATCH_ATTEMPT": f"{job_id}.1.1.1.1", "DISPATCH_EPOCH": "1000002"}
+    assert await admission_count(kube, ns, tj) == 1
+
+
+async def test_kill9_between_raising_a_and_ready_does_not_raise_twice(
+        kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    crasher = admission.start(env={"DISPATCH_ADMISSION_FAULT": "kill-after-raise"})
+    _, tj = await dispatch_job(kube, ns, SLOW_TERM)
+    await eventually(lambda: asyncio.sleep(0, not crasher.alive()), 90,
+                     "the controller killing itself after raising A")
+    assert crasher.proc.returncode == -9
+    assert await admission_count(kube, ns, tj) == 1
+    assert check_state(await workload(kube, ns, tj)).get("state") == "Pending"
+    admission.start()  # the next leader completes the same admission
+    await wait_ready(kube, ns, tj, limit=60)
+    assert await admission_count(kube, ns, tj) == 1
+    assert await raised_events(kube, ns, tj) == 1
+
+
+async def test_standby_takes_over_within_lease_duration_and_nothing_is_approved_twice(
+        kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    first, second = admission.start(), admission.start()
+    leader = await admission.wait_leader(kube)
+    standby = second if leader is first else first
+    before = await kube.get(r.LEASE, names.LEASE_NAME, names.CONTROLLER_NAMESPACE)
+    jobs = [await dispatch_job(kube, ns, SLOW_TERM, nodes=1) for _ in range(2)]
+    leader.kill9()
+    killed_at = time.monotonic()
+    jobs += [await dispatch_job(kube, ns, SLOW_TERM, nodes=1) for _ in range(2)]
+    await admission.wait_leader(kube, among=[standby], limit=admission.lease_duration + 5)
+    took = time.monotonic() - killed_at
+    assert took <= admission.lease_duration + 2, f"takeover took {took:.1f}s"
+    after = await kube.get(r.LEASE, names.LEASE_NAME, names.CONTROLLER_NAMESPACE)
+    assert after["spec"]["leaseTransitions"] == before["spec"]["leaseTransitions"] + 1
+    assert after["spec"]["renewTime"].endswith("Z")
+    assert len(after["spec"]["renewTime"].split(".")[1]) == 7  # six digits and Z
+    for _, tj in jobs:
+        await wait_ready(kube, ns, tj)
+        assert await admission_count(kube, ns, tj) == 1
+        assert await raised_events(kube, ns, tj) == 1
+
+
+def _pod(ns: str, labels: dict[str, str]) -> Obj:
+    return {"metadata": {"name": f"p-{uuid.uuid4().hex[:6]}", "namespace": ns,
+                         "labels": labels},
+            "spec": {"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": IMAGE, "command": ["true"]}],
+                "initContainers": [{"name": "i", "image": IMAGE, "command": ["true"]}]}}
+
+
+async def test_webhook_injects_identity_in_dry_run_and_fails_closed_when_down(
+        kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    rep = admission.start()
+    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
+    await wait_ready(kube, ns, tj)
+    labels = {**dispatch_labels(job_id), names.JOBSET_NAME_LABEL: tj,
+              names.RESTART_ATTEMPT_LABEL: "3"}
+    out = await kube.create(r.POD, _pod(ns, labels), ns, dry_run=True)
+    for c in out["spec"]["containers"] + out["spec"]["initContainers"]:
+        env = {e["name"]: e.get("value") for e in c.get("env") or []}
+        assert env["DISPATCH_ATTEMPT"] == f"{job_id}.1.1.1.3"
+        assert env["DISPATCH_EPOCH"] == "1000004"
+    with pytest.raises(errors.KubeError, match="does not exist"):
+        await kube.create(r.POD, _pod(ns, {**labels, names.JOBSET_NAME_LABEL: "dj-nope-s1"}),
+                          ns, dry_run=True)
+
+    rep.kill9()
+    with pytest.raises(errors.KubeError):
+        await kube.create(r.POD, _pod(ns, labels), ns, dry_run=True)
+    plain = await kube.create(r.POD, _pod(ns, {"app": "not-dispatch"}), ns, dry_run=True)
+    assert not any(e["name"].startswith("DISPATCH_") for e in
+                   plain["spec"]["containers"][0].get("env") or [])
+
+
+async def test_active_condition_and_lease_release_on_clean_shutdown(
+        kube: Kube, admission: AdmissionHandle) -> None:
+    rep = admission.start()
+    await admission.wait_leader(kube)
+
+    async def active() -> Obj | None:
+        ac = await kube.get(r.ADMISSION_CHECK, CHECK)
+        return ac if is_true(ac, "Active") else None
+    ac = await eventually(active, 30, "AdmissionCheck Active")
+    assert rep.identity in next(c for c in ac["status"]["conditions"]
+                                if c["type"] == "Active")["message"]
+    assert rep.terminate() == 0
+    assert await admission.holder(kube) == ""
+    ac = await kube.get(r.ADMISSION_CHECK, CHECK)
+    cond = next(c for c in ac["status"]["conditions"] if c["type"] == "Active")
+    assert (cond["status"], cond["reason"]) == ("False", "ControllerStopped")
+    managers = {m.get("manager") for m in ac["metadata"].get("managedFields") or []
+                if m.get("subresource") == "status"}
+    assert names.FIELD_MANAGER in managers
+
+
+async def test_expired_hold_is_released(kube: Kube, ns: str,
+                                        admission: AdmissionHandle) -> None:
+    admission.start()
+    _, tj = await dispatch_job(kube, ns, SLOW_TERM, nodes=1)
+    wl = await eventually(lambda: workload(kube, ns, tj), 60, "the Workload")
+    until = (datetime.now(UTC) + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await kube.patch(r.WORKLOAD, wl["metadata"]["name"], {
+        "metadata": {"annotations": {names.HOLD_INSTANCE: "1", names.HOLD_UNTIL: until,
+                                     names.HOLD_SINCE: until, names.HOLD_WHO: "human:test",
+                                     names.HOLD_REASON: "test"}},
+        "spec": {"active": False}}, ns)
+
+    async def released() -> Obj | None:
+        w = await kube.get(r.WORKLOAD, wl["metadata"]["name"], ns)
+        ann = w["metadata"].get("annotations") or {}
+        ok = w["spec"].get("active") is True and not any(a in ann for a in names.HOLD_ANNOTATIONS)
+        return w if ok else None
+    await eventually(released, 30, "the expired hold released")
+    await wait_ready(kube, ns, tj)
+
+
+async def test_kopf_style_writes_are_absent(kube: Kube, ns: str,
+                                            admission: AdmissionHandle) -> None:
+    """Kueue's and Trainer's objects carry nothing of ours but the owned fields."""
+    admission.start()
+    _, tj = await dispatch_job(kube, ns, SLOW_TERM, nodes=1)
+    wl = await wait_ready(kube, ns, tj)
+    tjo = await kube.get(r.TRAINJOB, tj, ns)
+    for obj in (wl, tjo):
+        meta = obj["metadata"]
+        assert not [f for f in meta.get("finalizers") or [] if "kopf" in f or "dispatch" in f]
+        assert not [a for a in meta.get("annotations") or {} if "kopf" in a]
+    ours = [m for m in wl["metadata"].get("managedFields") or []
+            if m.get("manager") == names.FIELD_MANAGER]
+    assert [m.get("subresource") for m in ours] == ["status"]
+    assert [m.get("operation") for m in ours] == ["Apply"]

@@ -1,0 +1,125 @@
+"""The readmission decision table (pure: no I/O)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from admission.readmission import (
+    admission_token,
+    check_apply,
+    decide,
+    eviction_count,
+    plan_admission,
+    waiting_message,
+)
+from dispatch_kubeflow.core import names
+
+CHECKS = frozenset({"dispatch-admission"})
+CQS = {"cq": frozenset({"dispatch-admission"}), "other": frozenset({"x"})}
+
+
+def workload(*, state: str = "Pending", reserved: bool = True, active: bool | None = None,
+             owner: str | None = "dj-a-s1", cq: str = "cq", check: str = "dispatch-admission",
+             message: str = "", evictions: list[int] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "trainjob-dj-a-s1-abcde", "namespace": "ns", "uid": "u1"}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                                    "kind": "TrainJob", "name": owner, "controller": True,
+                                    "uid": "t1"}]
+    status: dict[str, Any] = {
+        "admissionChecks": [{"name": check, "state": state, "message": message,
+                             "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "conditions": [{"type": "QuotaReserved", "status": "True" if reserved else "False",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    }
+    if reserved:
+        status["admission"] = {"clusterQueue": cq}
+    if evictions:
+        status["schedulingStats"] = {"evictions": [
+            {"reason": f"r{i}", "underlyingCause": "", "count": n}
+            for i, n in enumerate(evictions)]}
+    spec: dict[str, Any] = {"queueName": "lq"}
+    if active is not None:
+        spec["active"] = active
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+@pytest.mark.parametrize(("wl", "pods", "kind"), [
+    (workload(), 0, "approve"),
+    (workload(), 2, "wait"),
+    (workload(check="someone-else"), 0, "ignore"),
+    (workload(state="Ready"), 0, "idle"),
+    (workload(state="Retry"), 0, "idle"),
+    (workload(reserved=False), 0, "idle"),
+    (workload(active=False), 0, "idle"),
+    (workload(active=True), 0, "approve"),
+    (workload(owner=None), 0, "skip"),
+    (workload(cq="missing"), 0, "skip"),
+    (workload(cq="other"), 0, "skip"),
+])
+def test_decision_table(wl: dict[str, Any], pods: int, kind: str) -> None:
+    assert decide(wl, check_names=CHECKS, cluster_queues=CQS, pods_left=pods).kind == kind
+
+
+def test_wait_says_what_it_waits_for_and_writes_only_on_change() -> None:
+    d = decide(workload(), check_names=CHECKS, cluster_queues=CQS, pods_left=2)
+    assert d.message == "waiting for 2 pods of the previous execution to go"
+    assert d.write
+    same = decide(workload(message=waiting_message(2)), check_names=CHECKS,
+                  cluster_queues=CQS, pods_left=2)
+    assert not same.write
+
+
+def test_token_counts_every_eviction() -> None:
+    assert admission_token(workload()) == "u1/0"
+    assert eviction_count(workload(evictions=[1, 2])) == 3
+    assert admission_token(workload(evictions=[1, 2])) == "u1/3"
+
+
+def trainjob(**annotations: str) -> dict[str, Any]:
+    return {"metadata": {"name": "dj-a-s1", "namespace": "ns", "resourceVersion": "42",
+                         "labels": {names.JOB_ID_LABEL: "A"}, "annotations": annotations}}
+
+
+def test_first_admission_raises_a_to_one_with_precondition() -> None:
+    plan = plan_admission(trainjob(), "u1/0")
+    assert plan.ok
+    assert plan.raise_a
+    assert plan.count == 1
+    assert plan.patch == {"metadata": {"resourceVersion": "42", "annotations": {
+        names.ADMISSION_COUNT: "1", names.ADMISSION_TOKEN: "u1/0"}}}
+
+
+def test_readmission_raises_once_per_token() -> None:
+    tj = trainjob(**{names.ADMISSION_COUNT: "1", names.ADMISSION_TOKEN: "u1/0"})
+    again = plan_admission(tj, "u1/0")  # a new leader finishing the same admission
+    assert again.ok
+    assert not again.raise_a
+    assert again.count == 1
+    nxt = plan_admission(tj, "u1/1")
+    assert nxt.raise_a
+    assert nxt.count == 2
+
+
+@pytest.mark.parametrize("tj", [
+    {"metadata": {"name": "x", "labels": {}}},
+    trainjob(**{names.ADMISSION_COUNT: "minus one"}),
+    trainjob(**{names.ADMISSION_COUNT: "-1"}),
+])
+def test_not_ours_or_malformed_trainjob_is_skipped(tj: dict[str, Any]) -> None:
+    assert not plan_admission(tj, "u1/0").ok
+
+
+def test_check_apply_writes_only_our_entry_and_keeps_transition_time() -> None:
+    now = datetime(2026, 2, 3, 4, 5, 6, tzinfo=UTC)
+    body = check_apply(workload(), "dispatch-admission", "Pending", "m", now)
+    assert body["status"] == {"admissionChecks": [{
+        "name": "dispatch-admission", "state": "Pending", "message": "m",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    assert set(body) == {"apiVersion", "kind", "metadata", "status"}
+    assert body["metadata"] == {"name": "trainjob-dj-a-s1-abcde", "namespace": "ns"}
+    ready = check_apply(workload(), "dispatch-admission", "Ready", "ok", now)
+    assert ready["status"]["admissionChecks"][0]["lastTransitionTime"] == "2026-02-03T04:05:06Z"

@@ -1,0 +1,125 @@
+"""CLI flags, Active condition, hold expiry, work queue, TLS and JSON logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from admission import checks, cli, holds, tls
+from admission.observability import JsonFormatter, parse_listen
+from admission.workqueue import WorkQueue
+from dispatch_kubeflow.core import names
+
+
+@pytest.mark.parametrize("argv", [
+    ["--bogus"],
+    ["--webhook-listen", "nohost"],
+    ["--lease-duration", "-1"],
+    ["--lease-duration", "5"],  # below the renew deadline
+    ["--webhook-url", "http://127.0.0.1:9443"],
+    ["--webhook-service", "just-a-name"],
+    ["--tls-cert", "x"],
+    ["--kubeconfig", "/nonexistent/kubeconfig"],
+])
+def test_bad_flags_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert "dispatch-admission: error:" in capsys.readouterr().err
+
+
+def test_unparseable_kubeconfig_exits_2(tmp_path: Any, capsys: pytest.CaptureFixture[str]
+                                        ) -> None:
+    bad = tmp_path / "kc"
+    bad.write_text("clusters: [\n")
+    assert cli.main(["--kubeconfig", str(bad)]) == 2
+    assert f"cannot load {bad}" in capsys.readouterr().err
+
+
+def test_parse_listen() -> None:
+    assert parse_listen("127.0.0.1:9443") == ("127.0.0.1", 9443)
+    assert parse_listen(":8080") == ("0.0.0.0", 8080)
+    assert parse_listen("[::1]:1") == ("::1", 1)
+
+
+def ac(**spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "dispatch-admission", "generation": 2},
+            "spec": {"controllerName": names.CONTROLLER_NAME, **spec}}
+
+
+def test_active_condition() -> None:
+    want = checks.desired(ac(), identity="me", lease="ns/l")
+    assert (want.status, want.reason) == ("True", "Active")
+    body = checks.apply_body(ac(), want, datetime(2026, 1, 1, tzinfo=UTC))
+    (cond,) = body["status"]["conditions"]
+    assert cond["type"] == "Active"
+    assert cond["observedGeneration"] == 2
+    written = ac()
+    written["status"] = body["status"]
+    assert not checks.needs_write(written, want)
+    stop = checks.desired(ac(), identity="me", lease="ns/l", stopping=True)
+    assert stop.status == "False"
+    assert checks.needs_write(written, stop)
+    params = checks.desired(ac(parameters={"kind": "X"}), identity="me", lease="ns/l")
+    assert (params.status, params.reason) == ("False", "ParametersNotSupported")
+    assert not checks.is_ours({"spec": {"controllerName": "kueue.x-k8s.io/provisioning"}})
+
+
+def test_hold_expiry() -> None:
+    held = {"metadata": {"resourceVersion": "7", "annotations": {
+        names.HOLD_UNTIL: "2026-01-02T03:04:05Z", names.HOLD_INSTANCE: "1"}},
+        "spec": {"active": False}}
+    assert holds.hold_until(held) == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert holds.hold_until({**held, "spec": {"active": True}}) is None
+    patch = holds.release_patch(held)
+    assert patch["spec"] == {"active": True}
+    assert patch["metadata"]["resourceVersion"] == "7"
+    assert patch["metadata"]["annotations"] == dict.fromkeys(names.HOLD_ANNOTATIONS)
+
+
+@pytest.mark.asyncio
+async def test_workqueue_dedups_and_never_runs_a_key_twice_at_once() -> None:
+    q: WorkQueue[str] = WorkQueue(base_delay=0.01)
+    q.add("a")
+    q.add("a")
+    q.add("b")
+    assert len(q) == 2
+    k = await q.get()
+    q.add(k)  # added while processing: not handed out again until done
+    other = await q.get()
+    assert other != k
+    assert len(q) == 0
+    q.done(other)
+    q.done(k)
+    assert await asyncio.wait_for(q.get(), 1) == k
+    q.done(k)
+    assert q.retry("c") == pytest.approx(0.01)
+    assert await asyncio.wait_for(q.get(), 1) == "c"
+    q.close()
+
+
+def test_generated_certificate_serves_the_hosts() -> None:
+    m = tls.generate(["127.0.0.1", "svc.ns.svc"])
+    cert = x509.load_pem_x509_certificate(m.cert)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert sans.get_values_for_type(x509.DNSName) == ["svc.ns.svc"]
+    assert isinstance(m.ssl_context(), ssl.SSLContext)
+    ca = x509.load_pem_x509_certificate(m.ca)
+    cert.verify_directly_issued_by(ca)
+
+
+def test_json_logs() -> None:
+    rec = logging.LogRecord("admission", logging.INFO, "f", 1, "hello %s", ("x",), None)
+    rec.workload = "ns/w"
+    out = json.loads(JsonFormatter().format(rec))
+    assert out["msg"] == "hello x"
+    assert out["workload"] == "ns/w"
+    assert out["level"] == "info"
