@@ -60,11 +60,14 @@ build_module_bin() { # name module@version package
 
 main() {
   local what=("$@")
-  [ ${#what[@]} -gt 0 ] || what=(kubernetes jobset kueue trainer)
+  [ ${#what[@]} -gt 0 ] || what=(etcd kubernetes jobset kueue trainer)
   mkdir -p "$CACHE/bin"
   for c in "${what[@]}"; do
     case $c in
       kubernetes) build_kubernetes ;;
+      # etcd 3.6: the apiserver's watch progress requests need it (Debian's 3.4 lacks them).
+      etcd) [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ] \
+              || build_module_bin etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3 ;;
       kueue) build_module_bin kueue "sigs.k8s.io/kueue@$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue ;;
       jobset) build_module_bin jobset "sigs.k8s.io/jobset@$JOBSET_VERSION" sigs.k8s.io/jobset ;;
       trainer) build_module_bin trainer "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager ;;

@@ -36,6 +36,7 @@ bin_path() { # a binary's cached path, versioned so a pin change rebuilds
     kueue) echo "$CACHE/bin/kueue-$KUEUE_VERSION" ;;
     jobset) echo "$CACHE/bin/jobset-$JOBSET_VERSION" ;;
     trainer) echo "$CACHE/bin/trainer-$TRAINER_VERSION" ;;
+    etcd) echo "$CACHE/bin/etcd-$ETCD_VERSION" ;;
     *) echo "$CACHE/bin/$1" ;;
   esac
 }

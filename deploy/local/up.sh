@@ -126,7 +126,7 @@ write_kubeconfig "$STATE/scheduler.kubeconfig" sched "$P/scheduler.crt" "$P/sche
 for c in jobset kueue trainer; do write_kubeconfig "$STATE/$c.kubeconfig" "$c" "$P/$c.crt" "$P/$c.key"; done
 
 # --- etcd ------------------------------------------------------------------------------------
-ETCD=$(resolve_bin etcd || command -v etcd) || fail etcd "" "no etcd binary (install Debian's etcd-server or set KUBEBUILDER_ASSETS)"
+ETCD=$(resolve_bin etcd) || fail etcd "" "no etcd binary (build.sh builds it; or set KUBEBUILDER_ASSETS)"
 log "starting etcd"
 start_proc etcd "$STATE/logs/etcd.log" "$ETCD" --name "$CLUSTER_NAME" --data-dir "$STATE/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \

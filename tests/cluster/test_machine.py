@@ -1,7 +1,8 @@
 """up.sh and down.sh, twice in a row, leave the machine as it was.
 
-This test starts and stops a cluster of its own (named ``dkm``), so it runs alone:
-``pytest -m machine`` (``make test`` runs it before the other cluster tests).
+This test starts and stops a cluster of its own (named ``dkm``, on ports and a subnet of its
+own, so another local cluster may run beside it); ``make test`` runs it first, alone
+(``pytest -m machine``), so that the machine-wide settings are seen restored too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ pytestmark = [pytest.mark.machine, pytest.mark.cluster, pytest.mark.asyncio(loop
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "dkm"
+STATE = Path("/var/lib/dispatch-local") / NAME
+RUN = Path("/run/dispatch-local") / NAME
+# Ports and addresses of its own: see deploy/local/lib.sh.
+ENV = {**os.environ, "ETCD_PORT": "32379", "APISERVER_PORT": "36443", "KCM_PORT": "30257",
+       "SCHED_PORT": "30259", "JOBSET_WEBHOOK_PORT": "31443", "KUEUE_WEBHOOK_PORT": "32443",
+       "TRAINER_WEBHOOK_PORT": "33443", "JOBSET_HEALTH_PORT": "31081",
+       "KUEUE_HEALTH_PORT": "32081", "TRAINER_HEALTH_PORT": "33081",
+       "TRAINER_STATUS_PORT": "33444", "NODE_SUBNET_PREFIX": "10.245"}
 
 
 def machine_snapshot() -> dict[str, object]:
@@ -28,12 +37,17 @@ def machine_snapshot() -> dict[str, object]:
     def sh(cmd: str) -> str:
         return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False).stdout
 
+    bridge = sh(f". {REPO}/deploy/local/lib.sh; bridge_name {NAME} ''").strip()
     return {
+        # This cluster's processes: everything that names its directories or ports.
         "processes": sorted(sh(
-            "pgrep -a -f 'kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|containerd|"
-            "etcd --name|jobset-v|kueue-v|trainer-v' | grep -v pgrep | awk '{print $2}'").split()),
-        "mounts": sorted(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()),
-        "links": sorted(sh("ip -o link show | awk -F': ' '{print $2}'").split()),
+            f"pgrep -a -f '{STATE}|{RUN}|10\\.245\\.|:36443' | grep -v pgrep "
+            "| awk '{print $2}'").split()),
+        "mounts": sorted(m for m in (line.split()[4] for line in
+                                     Path("/proc/self/mountinfo").read_text().splitlines())
+                         if m.startswith((str(STATE), str(RUN)))),
+        "links": sorted(link for link in sh("ip -o link show | awk -F': ' '{print $2}'").split()
+                        if link.startswith(bridge)),
         "chains": sorted(sh("for t in filter nat mangle; do iptables -t $t -S 2>/dev/null | "
                             "grep '^-N'; done").splitlines()),
         "sysctls": {k: Path(f"/proc/sys/{k.replace('.', '/')}").read_text().strip()
@@ -64,20 +78,21 @@ async def run_one_job(kubeconfig: str) -> None:
 @pytest.mark.skipif(bool(os.environ.get("KUBECONFIG")), reason="runs the local cluster itself")
 async def test_up_run_down_twice_leaves_the_machine_as_it_was(tmp_path: Path) -> None:
     before = machine_snapshot()
-    state = Path("/var/lib/dispatch-local") / NAME
     for round_ in (1, 2):
         kubeconfig = tmp_path / f"{NAME}-{round_}.kubeconfig"
-        subprocess.run([str(REPO / "deploy/local/up.sh"), NAME, str(kubeconfig)], check=True)
+        subprocess.run([str(REPO / "deploy/local/up.sh"), NAME, str(kubeconfig)], check=True,
+                       env=ENV)
         try:
             during = machine_snapshot()
-            assert during["sysctls"] != before["sysctls"] or during["processes"] != before["processes"]
+            assert during["processes"] and during["links"] and during["mounts"]
             # A second up.sh with the cluster running returns quickly and changes nothing.
             subprocess.run([str(REPO / "deploy/local/up.sh"), NAME, str(kubeconfig)], check=True,
-                           timeout=20)
+                           timeout=20, env=ENV)
+            assert machine_snapshot()["processes"] == during["processes"]
             await run_one_job(str(kubeconfig))
         finally:
-            subprocess.run([str(REPO / "deploy/local/down.sh"), NAME], check=True)
+            subprocess.run([str(REPO / "deploy/local/down.sh"), NAME], check=True, env=ENV)
         await asyncio.sleep(0.5)
         after = machine_snapshot()
-        assert not state.exists()
+        assert not STATE.exists()
         assert after == before, f"round {round_}: the machine changed"
