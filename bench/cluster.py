@@ -72,9 +72,11 @@ async def pod_start_times(kubeconfig: str, count: int) -> list[float]:
     async with await Kube.connect(kubeconfig=kubeconfig, request_timeout=30) as kube:
         ns = "bench"
         await kube.create(r.NAMESPACE, {"metadata": {"name": ns}})
-        while not await kube.get_or_none(r.Resource("", "v1", "serviceaccounts", "ServiceAccount"),
-                                         "default", ns):
-            await asyncio.sleep(0.1)
+        # Pods need the namespace's default ServiceAccount, which a controller adds.
+        sa = r.Resource("", "v1", "serviceaccounts", "ServiceAccount")
+        async for ev in kube.watch(sa, ns, field_selector="metadata.name=default"):
+            if ev.type == "ADDED":
+                break
         for i in range(count):
             t0 = time.monotonic()
             await kube.create(r.POD, {"metadata": {"name": f"p{i}"}, "spec": {

@@ -22,7 +22,8 @@ from dispatch_kubeflow.kube import resources as r
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_CLUSTER = os.environ.get("DISPATCH_TEST_CLUSTER", "dk")
-LOCAL_KUBECONFIG = Path(os.environ.get("DISPATCH_TEST_KUBECONFIG", f"/tmp/{LOCAL_CLUSTER}.kubeconfig"))
+LOCAL_KUBECONFIG = Path(os.environ.get("DISPATCH_TEST_KUBECONFIG",
+                                       f"/tmp/{LOCAL_CLUSTER}.kubeconfig"))
 
 pytest_plugins = ["tests.cluster.admission_fixture"] if (
     REPO / "tests" / "cluster" / "admission_fixture.py").exists() else []

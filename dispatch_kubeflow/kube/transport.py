@@ -72,7 +72,8 @@ class Kube:
                     config_file=kubeconfig, context=context, client_configuration=cfg
                 )
         except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
-            where = "the in-cluster service account" if in_cluster else (kubeconfig or "~/.kube/config")
+            where = ("the in-cluster service account" if in_cluster
+                     else (kubeconfig or "~/.kube/config"))
             raise errors.SettingsError(
                 f"cluster: cannot load {where}: {exc}", field="cluster"
             ) from exc
@@ -140,7 +141,8 @@ class Kube:
         obj: Obj = await self._send("GET", res.path(namespace, name, subresource))
         return obj
 
-    async def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None:
+    async def get_or_none(self, res: Resource, name: str,
+                          namespace: str | None = None) -> Obj | None:
         try:
             return await self.get(res, name, namespace)
         except errors.KubeNotFound:
@@ -166,10 +168,16 @@ class Kube:
                 return items, str((page.get("metadata") or {}).get("resourceVersion", ""))
 
     async def create(self, res: Resource, body: Obj, namespace: str | None = None, *,
-                     dry_run: bool = False, field_manager: str | None = None) -> Obj:
+                     dry_run: bool = False, field_manager: str | None = None,
+                     name: str | None = None, subresource: str | None = None) -> Obj:
+        """POST a new object; with ``name`` and ``subresource``, POST to that subresource
+        (e.g. ``serviceaccounts/<name>/token``; ``body`` then names its own kind)."""
+        if subresource and not name:
+            raise ValueError("a subresource needs the object's name")
         body = {"apiVersion": res.api_version, "kind": res.kind, **body}
-        obj: Obj = await self._send("POST", res.path(namespace), body=body, query={
-            "dryRun": "All" if dry_run else None, "fieldManager": field_manager})
+        obj: Obj = await self._send("POST", res.path(namespace, name, subresource), body=body,
+                                    query={"dryRun": "All" if dry_run else None,
+                                           "fieldManager": field_manager})
         return obj
 
     async def replace(self, res: Resource, body: Obj, namespace: str | None = None, *,
@@ -218,7 +226,8 @@ class Kube:
             query={"watch": "true", "resourceVersion": resource_version or None,
                    "allowWatchBookmarks": "true", "labelSelector": label_selector,
                    "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds},
-            timeout=aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_read=timeout_seconds + 30),
+            timeout=aiohttp.ClientTimeout(total=timeout_seconds + 30,
+                                          sock_read=timeout_seconds + 30),
         )
         try:
             while True:
@@ -286,7 +295,8 @@ class Kube:
             "subresource": subresource, "name": name}.items() if v}
         out = await self.create(SELF_SUBJECT_ACCESS_REVIEW, {"spec": {"resourceAttributes": attrs}})
         status = out.get("status") or {}
-        return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
+        reason = status.get("reason") or status.get("evaluationError") or ""
+        return bool(status.get("allowed")), str(reason)
 
     async def pod_log(self, name: str, namespace: str, *, container: str | None = None,
                       follow: bool = False, stream: str | None = None,

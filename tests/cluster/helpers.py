@@ -29,7 +29,8 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float, w
 
 
 async def make_queues(kube: Kube, namespace: str, *, checks: list[str] | None = None,
-                      cpu: str = "1", memory: str = "1Gi", on_flavors: list[str] | None = None) -> str:
+                      cpu: str = "1", memory: str = "1Gi",
+                      on_flavors: list[str] | None = None) -> str:
     """A ClusterQueue named like the namespace (for it alone) and a LocalQueue ``lq``."""
     strategy: Obj = {}
     if checks:

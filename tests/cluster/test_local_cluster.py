@@ -53,7 +53,8 @@ async def test_two_node_trainjob_is_admitted_runs_and_completes(kube: Kube, name
 
         pods = await eventually(two_succeeded, 120, "two pods succeeded")
         nodes = {p["spec"]["nodeName"] for p in pods}
-        assert nodes and all(n.endswith(("-worker", "-worker2")) for n in nodes)
+        assert nodes
+        assert all(n.endswith(("-worker", "-worker2")) for n in nodes)
         logs = sorted([await pod_log(kube, namespace, p["metadata"]["name"]) for p in pods])
         assert logs == ["rank-0 says hello\n", "rank-1 says hello\n"]
 
@@ -105,7 +106,8 @@ async def test_gated_trainjob_waits_until_the_gate_is_removed(kube: Kube, namesp
         await delete_cluster_queue(kube, namespace)
 
 
-async def test_background_deletion_collects_the_jobset_jobs_and_pods(kube: Kube, namespace: str) -> None:
+async def test_background_deletion_collects_the_jobset_jobs_and_pods(
+        kube: Kube, namespace: str) -> None:
     await make_queues(kube, namespace)
     try:
         await kube.create(r.TRAINJOB, trainjob(
@@ -149,7 +151,8 @@ async def test_background_deletion_collects_the_jobset_jobs_and_pods(kube: Kube,
         await delete_cluster_queue(kube, namespace)
 
 
-async def test_admission_check_holds_a_reserved_workload_until_ready(kube: Kube, namespace: str) -> None:
+async def test_admission_check_holds_a_reserved_workload_until_ready(
+        kube: Kube, namespace: str) -> None:
     check = "dispatch-admission"
     ac = await kube.get(r.ADMISSION_CHECK, check)
     if not is_true(ac, "Active"):
@@ -168,7 +171,8 @@ async def test_admission_check_holds_a_reserved_workload_until_ready(kube: Kube,
 
         async def pending_with_quota() -> dict | None:
             w = await workload_of(kube, namespace, uid)
-            states = {c["name"]: c["state"] for c in (w or {}).get("status", {}).get("admissionChecks", [])}
+            checks = (w or {}).get("status", {}).get("admissionChecks", [])
+            states = {c["name"]: c["state"] for c in checks}
             return w if is_true(w, "QuotaReserved") and states.get(check) == "Pending" else None
 
         wl = await eventually(pending_with_quota, 60, "quota reserved, check Pending")

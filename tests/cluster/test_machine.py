@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
 from tests.cluster.helpers import eventually, make_queues, pod_log, pods_of, trainjob
 
-pytestmark = [pytest.mark.machine, pytest.mark.cluster, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.machine, pytest.mark.cluster]
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "dkm"
@@ -35,16 +36,17 @@ ENV = {**os.environ, "ETCD_PORT": "32379", "APISERVER_PORT": "36443", "KCM_PORT"
 def machine_snapshot() -> dict[str, object]:
     """What a cluster may change: processes, mounts, links, iptables chains, sysctls, dirs."""
     def sh(cmd: str) -> str:
-        return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False).stdout
+        done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False)
+        return done.stdout
 
+    mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
     bridge = sh(f". {REPO}/deploy/local/lib.sh; bridge_name {NAME} ''").strip()
     return {
         # This cluster's processes: everything that names its directories or ports.
         "processes": sorted(sh(
             f"pgrep -a -f '{STATE}|{RUN}|10\\.245\\.|:36443' | grep -v pgrep "
             "| awk '{print $2}'").split()),
-        "mounts": sorted(m for m in (line.split()[4] for line in
-                                     Path("/proc/self/mountinfo").read_text().splitlines())
+        "mounts": sorted(m for m in (line.split()[4] for line in mountinfo)
                          if m.startswith((str(STATE), str(RUN)))),
         "links": sorted(link for link in sh("ip -o link show | awk -F': ' '{print $2}'").split()
                         if link.startswith(bridge)),
@@ -76,7 +78,7 @@ async def run_one_job(kubeconfig: str) -> None:
 
 
 @pytest.mark.skipif(bool(os.environ.get("KUBECONFIG")), reason="runs the local cluster itself")
-async def test_up_run_down_twice_leaves_the_machine_as_it_was(tmp_path: Path) -> None:
+def test_up_run_down_twice_leaves_the_machine_as_it_was(tmp_path: Path) -> None:
     before = machine_snapshot()
     for round_ in (1, 2):
         kubeconfig = tmp_path / f"{NAME}-{round_}.kubeconfig"
@@ -84,15 +86,17 @@ async def test_up_run_down_twice_leaves_the_machine_as_it_was(tmp_path: Path) ->
                        env=ENV)
         try:
             during = machine_snapshot()
-            assert during["processes"] and during["links"] and during["mounts"]
+            assert during["processes"]
+            assert during["links"]
+            assert during["mounts"]
             # A second up.sh with the cluster running returns quickly and changes nothing.
             subprocess.run([str(REPO / "deploy/local/up.sh"), NAME, str(kubeconfig)], check=True,
                            timeout=20, env=ENV)
             assert machine_snapshot()["processes"] == during["processes"]
-            await run_one_job(str(kubeconfig))
+            asyncio.run(run_one_job(str(kubeconfig)))
         finally:
             subprocess.run([str(REPO / "deploy/local/down.sh"), NAME], check=True, env=ENV)
-        await asyncio.sleep(0.5)
+        time.sleep(0.5)
         after = machine_snapshot()
         assert not STATE.exists()
         assert after == before, f"round {round_}: the machine changed"
