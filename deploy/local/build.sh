@@ -13,7 +13,8 @@ record_time() { printf '%s\t%s\t%s\n' "$1" "$2" "$(date -u +%FT%TZ)" >> "$CACHE/
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl) missing=() b
   for b in "${want[@]}"; do
-    if ! have_bin "$b"; then missing+=("$b"); fi
+    # KUBEBUILDER_ASSETS (or PATH, with DISPATCH_USE_PATH=1) may already provide it.
+    if ! resolve_bin "$b" >/dev/null; then missing+=("$b"); fi
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   # k8s.io/kubernetes replaces its staging modules with local paths; a wrapper
@@ -66,8 +67,9 @@ main() {
     case $c in
       kubernetes) build_kubernetes ;;
       # etcd 3.6: the apiserver's watch progress requests need it (Debian's 3.4 lacks them).
-      etcd) [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ] \
-              || build_module_bin etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3 ;;
+      etcd) if ! resolve_bin etcd >/dev/null; then
+              build_module_bin etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3
+            fi ;;
       kueue) build_module_bin kueue "sigs.k8s.io/kueue@$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue ;;
       jobset) build_module_bin jobset "sigs.k8s.io/jobset@$JOBSET_VERSION" sigs.k8s.io/jobset ;;
       trainer) build_module_bin trainer "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager ;;
