@@ -88,7 +88,15 @@ fail() {
 start_proc() {
   local name=$1 logf=$2; shift 2
   mkdir -p "$STATE/pids" "$(dirname "$logf")"
-  setsid "$@" >>"$logf" 2>&1 < /dev/null &
+  (
+    # Long-lived processes must not keep the caller's other descriptors open (a held
+    # flock, a pipe a caller waits on to close).
+    for fd in "/proc/$BASHPID/fd"/*; do
+      fd=${fd##*/}
+      if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
+    done
+    exec setsid "$@"
+  ) >>"$logf" 2>&1 < /dev/null &
   echo $! > "$STATE/pids/$name"
 }
 
