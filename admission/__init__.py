@@ -1,4 +1,4 @@
-"""dispatch-admission: the controller that holds dispatch's readmission gate.
+"""dispatch-admission: the controller that holds dispatch's readmission gate, built on kopf.
 
 It decides, as the single leader of Lease ``dispatch-system/dispatch-admission``, when a
 Workload's ``dispatch-admission`` check may go Ready (no pod of the previous execution left),
@@ -6,28 +6,35 @@ raising the admission count A on the TrainJob exactly once per admission; it ser
 replica, the mutating webhook that gives every pod of a dispatch job its execution identity;
 it keeps the AdmissionCheck ``Active`` condition and releases expired Kueue-mode holds.
 
-Why the watches do not go through kopf (and kopf is not run at all):
+Three layers:
 
-* One transport. Every request goes through :class:`dispatch_kubeflow.kube.Kube` (its error
-  mapping, counters and 410 re-listing). kopf brings its own API client and, once its
-  operator runs, its own cluster scanning (API discovery, a CustomResourceDefinition watch)
-  even with no resource handlers; "kopf for lifecycle only" would still be a second
-  transport, with RBAC of its own, for nothing the controller needs.
-* A decision is about several objects at once: a Workload, every pod of its job (terminating
-  ones included), the TrainJob, the AdmissionChecks. A pod's deletion has to re-evaluate a
-  *Workload*. kopf's handlers are per object and per event, so a level-triggered work queue
-  over shared caches would be needed anyway; kopf would only be feeding it.
-* Leadership is a client-go style Lease that gates approving writes (confirmed by a GET
-  before each), while caches keep running on every replica so a new leader decides at once.
-  kopf's peering freezes whole operators (and its handlers, including the ones feeding
-  caches) through KopfPeering objects, which is neither the Lease the adapter reads as
-  the heartbeat nor a warm standby.
-* Kueue's and Trainer's objects must stay as found. With no kopf handlers there are no
-  finalizers, progress or last-handled-configuration annotations to configure away.
+* **kopf: lifecycle and watch intake** (:mod:`admission.operator`). ``kopf.operator`` runs
+  the process: signals, ``on.startup`` (health and metrics, TLS, the webhook, then the
+  Lease campaign once the indexes are warm) and ``on.cleanup`` (the ordered shutdown that
+  writes ``Active=False`` and releases the Lease); ``on.login`` from the same
+  ``--kubeconfig``/``--context``; watches of Workloads, pods (``jobset-name`` label, server
+  side), ClusterQueues and AdmissionChecks, kept as ``@kopf.index`` indexes and passed on
+  by ``@kopf.on.event`` handlers (:mod:`admission.intake`). kopf runs standalone (no
+  KopfPeering: the Lease elects, and standbys keep their indexes warm) and clusterwide.
+  kopf writes nothing into anyone's objects: with only index and event handlers there are
+  no finalizers, progress or last-handled-configuration annotations, its persistence
+  settings are inert anyway, and its Event posting is off.
+* **Kube: every write and every read a decision rests on.** Before it writes, a decision
+  re-reads through :class:`dispatch_kubeflow.kube.Kube` (the Workload, a live list of the
+  job's pods, the TrainJob, the Lease), so kopf's indexes only say *when* to look, never
+  *what is true*; Kube's error mapping, retries and counters apply to every write.
+* **Pure decisions**: :func:`admission.readmission.decide` and
+  :func:`~admission.readmission.plan_admission`, :mod:`admission.checks`,
+  :mod:`admission.holds`, the webhook's :func:`~admission.webhook.identity_for`, and the
+  Lease rules of :mod:`admission.lease` are functions of the objects, unit-tested without a
+  cluster.
 
-So :mod:`admission.app` owns the lifecycle (signals, ordered shutdown that releases the
-Lease), :mod:`admission.informer` the watches (``Kube.observe``), and each concept has its
-own module: :mod:`~admission.lease`, :mod:`~admission.checks`, :mod:`~admission.readmission`,
-:mod:`~admission.holds`, :mod:`~admission.webhook`, :mod:`~admission.tls`,
-:mod:`~admission.observability`.
+Between kopf and the decisions sits a keyed work queue (:mod:`admission.workqueue`): a
+decision is about several objects at once (a pod's deletion re-judges its job's Workload),
+so kopf's per-object handlers only enqueue, and workers judge level-triggered.
+
+Each concept has its own module: :mod:`~admission.lease`, :mod:`~admission.checks`,
+:mod:`~admission.readmission`, :mod:`~admission.holds`, :mod:`~admission.webhook`,
+:mod:`~admission.tls`, :mod:`~admission.observability`; :mod:`~admission.app` wires the parts
+and orders their start and stop.
 """

@@ -1,9 +1,15 @@
-"""The controller's lifecycle: start the parts, run until a signal, stop in order.
+"""The controller's parts and the order they start and stop in.
 
-Start: TLS and webhook first (every replica serves it, and readiness waits for it), then the
-informers, then the campaign for the Lease. Stop (SIGTERM/SIGINT): stop deciding, write
-``Active=False`` while still leader, release the Lease so a standby takes over at once, stop
-serving, close the transport.
+kopf runs the process (:mod:`admission.operator`) and calls :meth:`Controller.start` from its
+``on.startup`` handler and :meth:`Controller.stop` from its ``on.cleanup`` handler (and the CLI
+calls ``stop`` again, harmlessly, in case kopf was stopped before its startup finished).
+
+Start: health and metrics, TLS and the webhook (every replica serves it, and readiness waits
+for it). kopf starts watching only once the startup handler has returned, so the rest waits
+in a task: once the indexes hold everything the API server lists, the work queue, the Active
+condition and the campaign for the Lease start. Stop (SIGTERM/SIGINT, handled by kopf): stop
+campaigning, write ``Active=False`` while still leader, release the Lease so a standby takes
+over at once, stop deciding, stop serving.
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
+import time
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -19,11 +26,12 @@ from urllib.parse import urlparse
 from admission import tls
 from admission.checks import ActiveConditions
 from admission.holds import HoldExpiry
-from admission.informer import Informer
+from admission.intake import Caches, Feed, list_live
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, HealthServer, Metrics
 from admission.readmission import Readmission
 from admission.webhook import ClientConfig, WebhookServer, ensure_configuration
+from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, POD, WORKLOAD
@@ -71,28 +79,35 @@ class Controller:
             lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
             retry_period=config.retry_period)
         self.elector.on_change(lambda leading: self.metrics.leader.set(1 if leading else 0))
-        self.workloads = Informer(kube, WORKLOAD)
-        self.pods = Informer(kube, POD, label_selector=names.JOBSET_NAME_LABEL)
-        self.admission_checks = Informer(kube, ADMISSION_CHECK)
-        self.cluster_queues = Informer(kube, CLUSTER_QUEUE)
-        self.informers = (self.workloads, self.pods, self.admission_checks, self.cluster_queues)
+        self.caches = Caches()
+        self.feeds = {res.plural: Feed(res.plural)
+                      for res in (WORKLOAD, POD, ADMISSION_CHECK, CLUSTER_QUEUE)}
         self.events = EventRecorder(kube, instance=config.identity)
         self.readmission = Readmission(
-            kube, self.elector, workloads=self.workloads, pods=self.pods,
-            admission_checks=self.admission_checks, cluster_queues=self.cluster_queues,
-            metrics=self.metrics, events=self.events)
-        self.active = ActiveConditions(kube, self.elector, self.admission_checks)
-        self.holds = HoldExpiry(kube, self.elector, self.workloads, self.metrics)
+            kube, self.elector, self.caches, workloads=self.feeds[WORKLOAD.plural],
+            pods=self.feeds[POD.plural], admission_checks=self.feeds[ADMISSION_CHECK.plural],
+            cluster_queues=self.feeds[CLUSTER_QUEUE.plural], metrics=self.metrics,
+            events=self.events)
+        self.active = ActiveConditions(kube, self.elector, self.caches,
+                                       self.feeds[ADMISSION_CHECK.plural])
+        self.holds = HoldExpiry(kube, self.elector, self.caches, self.feeds[WORKLOAD.plural],
+                                self.metrics)
         self.webhook = WebhookServer(kube, self.metrics)
         self.health = HealthServer(self.ready, self.metrics)
+        self.warm = asyncio.Event()
+        self.stop_flag = asyncio.Event()
+        """kopf's stop flag: set when a part crashes, so the operator stops in order."""
+        self.crashed: str | None = None
+        self.fatal: errors.SettingsError | None = None
+        """A startup error the operator cannot get past (bad TLS files): exit code 2."""
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = False
 
     def ready(self) -> tuple[bool, str]:
         if not self.webhook.serving:
             return False, "webhook not serving yet"
-        waiting = [i.res.plural for i in self.informers if not i.synced.is_set()]
-        if waiting:
-            return False, "caches not synced: " + ", ".join(waiting)
+        if not self.warm.is_set():
+            return False, "indexes not warm yet"
         return True, "leader" if self.elector.leading.is_set() else "standby"
 
     async def _tls(self) -> tls.TlsMaterial:
@@ -103,8 +118,25 @@ class Controller:
             return await tls.from_secret(self.kube, c.namespace, c.tls_secret, c.tls_hosts())
         return tls.generate(c.tls_hosts())
 
-    async def start(self) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        task.add_done_callback(self._watch)
+        self._tasks.append(task)
+
+    def _watch(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None or self._stopped:
+            return
+        if self.crashed is None:
+            self.crashed = task.get_name()
+            log.error("%s crashed: %r", task.get_name(), task.exception(),
+                      exc_info=task.exception())
+        self.stop_flag.set()  # kopf stops the operator; on.cleanup stops the rest in order
+
+    async def start(self, indexes: Mapping[str, Any]) -> None:
+        """The on.startup part: serve, then warm up in the background (kopf starts watching
+        only when this returns)."""
         c = self.config
+        self.caches.bind(indexes)
         await self.health.start(health=c.health_listen or None,
                                 metrics=c.metrics_listen or None)
         material = await self._tls()
@@ -113,20 +145,51 @@ class Controller:
             await ensure_configuration(
                 self.kube, ClientConfig(url=c.webhook_url, service=c.webhook_service),
                 material.ca_bundle)
-        spawn = asyncio.get_running_loop().create_task
-        self._tasks += [spawn(i.run(), name=f"informer {i.res.plural}") for i in self.informers]
-        await asyncio.gather(*(i.synced.wait() for i in self.informers))
-        log.info("caches synced", extra={"identity": c.identity})
-        self._tasks += [spawn(self.readmission.run(), name="readmission"),
-                        spawn(self.active.run(), name="active condition"),
-                        spawn(self.elector.run(), name="leader election")]
+        self._spawn(self._warm_up(), "warm-up")
+
+    async def _warm_up(self, interval: float = 0.25) -> None:
+        """Wait until the indexes hold every object the API server lists, then decide.
+
+        An object counts as missing only if two lists in a row show it, so churn (objects
+        created after kopf listed, deleted before it did) cannot hold the warm-up back.
+        """
+        started = time.monotonic()
+        seen: dict[str, set[tuple[str, str]]] | None = None
+        said = 0.0
+        while True:
+            try:
+                missing = self.caches.missing(await list_live(self.kube))
+            except errors.KubeError as exc:
+                log.warning("warm-up: cannot list: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            lacking = {k: v & seen.get(k, set()) if seen is not None else v
+                       for k, v in missing.items()}
+            if not any(lacking.values()):
+                break
+            seen = missing
+            if time.monotonic() - said > 10:
+                said = time.monotonic()
+                log.info("waiting for kopf to index: %s", ", ".join(
+                    f"{len(v)} {k}" for k, v in lacking.items() if v))
+            await asyncio.sleep(interval)
+        self.warm.set()
+        self.readmission.warm = True
+        log.info("indexes warm", extra={"identity": self.config.identity,
+                                        "warm_up_ms": round((time.monotonic() - started) * 1e3)})
+        self._spawn(self.readmission.run(), "readmission")
+        self._spawn(self.active.run(), "active condition")
+        self._spawn(self.elector.run(), "leader election")
 
     async def stop(self) -> None:
+        """Ordered shutdown; safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
         election = [t for t in self._tasks if t.get_name() == "leader election"]
         for t in election:
             t.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*election, return_exceptions=True)
+        await asyncio.gather(*election, return_exceptions=True)
         if self.elector.is_leader():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.active.sync(stopping=True), 5)
@@ -136,42 +199,7 @@ class Controller:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.holds.close()
-        self.readmission.queue.close()
+        self.readmission.close()
         await self.webhook.stop()
         await self.health.stop()
-
-    async def run(self) -> int:
-        """Start, wait for SIGTERM/SIGINT or a part's crash, stop. Returns the exit code."""
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        crashed: asyncio.Future[asyncio.Task[None]] = loop.create_future()
-
-        def _watch(t: asyncio.Task[None]) -> None:
-            if not t.cancelled() and t.exception() is not None and not crashed.done():
-                crashed.set_result(t)
-
-        waiter = loop.create_task(stop.wait())
-        # Starting can wait long (an unreachable API server): a signal must still stop it.
-        starting = loop.create_task(self.start())
-        try:
-            await asyncio.wait([starting, waiter], return_when=asyncio.FIRST_COMPLETED)
-            if not starting.done():
-                starting.cancel()
-                await asyncio.gather(starting, return_exceptions=True)
-                return 0
-            starting.result()  # a SettingsError (bad TLS files) propagates to the CLI
-            for t in self._tasks:
-                t.add_done_callback(_watch)
-            either: list[asyncio.Future[Any]] = [waiter, crashed]
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            if crashed.done():
-                task = crashed.result()
-                log.error("%s crashed: %r", task.get_name(), task.exception())
-                return 1
-            return 0
-        finally:
-            waiter.cancel()
-            log.info("shutting down", extra={"identity": self.config.identity})
-            await self.stop()
+        log.info("stopped", extra={"identity": self.config.identity})

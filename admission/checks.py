@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from admission.informer import Informer, Obj
+from admission.intake import Caches, Feed, Obj
 from admission.lease import LeaderElector
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
@@ -81,13 +81,14 @@ def apply_body(ac: Obj, want: ActiveState, now: datetime) -> Obj:
 class ActiveConditions:
     """Reconciles the condition whenever a check changes or leadership starts."""
 
-    def __init__(self, kube: Kube, elector: LeaderElector, checks: Informer) -> None:
+    def __init__(self, kube: Kube, elector: LeaderElector, caches: Caches,
+                 feed: Feed) -> None:
         self.kube = kube
         self.elector = elector
-        self.checks = checks
+        self.caches = caches
         self.lease = f"{elector.namespace}/{elector.name}"
         self._dirty = asyncio.Event()
-        checks.subscribe(lambda *_: self._dirty.set())
+        feed.subscribe(lambda *_: self._dirty.set())
         elector.on_change(lambda leading: self._dirty.set() if leading else None)
 
     async def _write(self, ac: Obj, want: ActiveState) -> None:
@@ -101,7 +102,7 @@ class ActiveConditions:
     async def sync(self, *, stopping: bool = False) -> bool:
         """One pass over our checks; True when every write succeeded."""
         ok = True
-        for ac in self.checks.values():
+        for ac in self.caches.admission_checks():
             if not is_ours(ac) or not self.elector.is_leader():
                 continue
             want = desired(ac, identity=self.elector.identity, lease=self.lease,
@@ -110,6 +111,8 @@ class ActiveConditions:
                 continue
             try:
                 await self._write(ac, want)
+            except errors.KubeNotFound:
+                continue  # deleted meanwhile (its DELETED event may not have come yet)
             except errors.KubeError as exc:
                 ok = False
                 log.warning("cannot write Active on admission check %s: %s",

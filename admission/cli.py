@@ -1,6 +1,6 @@
-"""``dispatch-admission``: flags, then run the controller.
+"""``dispatch-admission``: flags, then run the controller under kopf.
 
-Exit codes: 0 clean shutdown, 1 a part of the controller crashed, 2 bad flags or a
+Exit codes: 0 clean shutdown, 1 a part of the controller (or kopf) crashed, 2 bad flags or a
 kubeconfig / TLS file that cannot be read (the message says which).
 """
 
@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from urllib.parse import urlparse
 
+from admission import operator
 from admission.app import Config, Controller
 from admission.observability import parse_listen, setup_logging
 from dispatch_kubeflow import errors
@@ -133,11 +134,21 @@ async def _main(ns: argparse.Namespace) -> int:
         print(f"dispatch-admission: cannot load {where}: {exc}", file=sys.stderr)
         return 2
     async with kube:
+        controller = Controller(kube, config_from(ns))
+        login = operator.Login(kubeconfig=ns.kubeconfig, context=ns.context,
+                               in_cluster=in_cluster)
         try:
-            return await Controller(kube, config_from(ns)).run()
-        except errors.SettingsError as exc:
-            print(f"dispatch-admission: {exc}", file=sys.stderr)
+            await operator.run(controller, login)
+        except Exception:
+            if controller.fatal is None:
+                log.exception("the operator failed")
+                return 1
+        finally:
+            await controller.stop()  # kopf skips its cleanup if stopped while starting
+        if controller.fatal is not None:
+            print(f"dispatch-admission: {controller.fatal}", file=sys.stderr)
             return 2
+        return 1 if controller.crashed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

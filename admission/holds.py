@@ -13,7 +13,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
-from admission.informer import Informer, Key, Obj, key_of
+from admission.intake import Caches, Feed, Key, Obj, key_of
 from admission.lease import LeaderElector
 from admission.observability import Metrics
 from dispatch_kubeflow import errors
@@ -49,11 +49,11 @@ def release_patch(wl: Obj) -> Obj:
 
 
 class HoldExpiry:
-    def __init__(self, kube: Kube, elector: LeaderElector, workloads: Informer,
+    def __init__(self, kube: Kube, elector: LeaderElector, caches: Caches, workloads: Feed,
                  metrics: Metrics) -> None:
         self.kube = kube
         self.elector = elector
-        self.workloads = workloads
+        self.caches = caches
         self.metrics = metrics
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -62,12 +62,11 @@ class HoldExpiry:
 
     def _on_leadership(self, leading: bool) -> None:
         if leading:  # timers that fired while we followed did nothing: look again
-            for wl in self.workloads.values():
+            for wl in self.caches.workloads():
                 self._schedule(key_of(wl), wl)
 
-    def _on_workload(self, typ: str, old: Obj | None, new: Obj | None) -> None:
-        key = key_of(new or old or {})
-        self._schedule(key, new)
+    def _on_workload(self, typ: str, obj: Obj) -> None:
+        self._schedule(key_of(obj), None if typ == "DELETED" else obj)
 
     def _schedule(self, key: Key, wl: Obj | None) -> None:
         timer = self._timers.pop(key, None)

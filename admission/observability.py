@@ -32,8 +32,24 @@ log = logging.getLogger(__name__)
 _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
 
 
+_KOPF_ATTRS = frozenset({"settings", "k8s_skip", "k8s_ref"})
+"""What kopf's object loggers add to a record: its settings (dropped), whether to post an
+Event (dropped: posting is off) and the object (rendered as ``object``)."""
+
+
+def _kopf_object(ref: Any) -> str | None:
+    if not isinstance(ref, dict):
+        return None
+    where = "/".join(str(ref[k]) for k in ("namespace", "name") if ref.get(k))
+    return f"{ref.get('kind') or '?'} {where}".strip()
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line; ``extra`` fields become top-level keys."""
+    """One JSON object per line; ``extra`` fields become top-level keys.
+
+    kopf's records (loggers ``kopf.*``) come through the same formatter; the object a kopf
+    message is about becomes ``object``.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
@@ -42,8 +58,11 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        obj = _kopf_object(getattr(record, "k8s_ref", None))
+        if obj:
+            out["object"] = obj
         for k, v in vars(record).items():
-            if k not in _STD_ATTRS and not k.startswith("_"):
+            if k not in _STD_ATTRS and k not in _KOPF_ATTRS and not k.startswith("_"):
                 out[k] = v if isinstance(v, str | int | float | bool | None) else str(v)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
@@ -51,11 +70,16 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(level: str = "INFO") -> None:
+    """JSON lines on stderr for every logger, kopf's included (kopf.operator() installs no
+    handlers of its own; only its CLI would)."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # kopf logs every handler call at INFO (several per watch event): keep that for DEBUG.
+    logging.getLogger("kopf").setLevel(level.upper() if level.upper() == "DEBUG"
+                                       else logging.WARNING)
 
 
 class Metrics:

@@ -7,9 +7,11 @@ go``; when none is left, the leader raises A on the TrainJob (once per admission
 rule of docs/design.md) and then server-side applies the check Ready.
 
 The decision is a pure function (:func:`decide`, :func:`plan_admission`) of the objects;
-:class:`Readmission` does the I/O: informers feed a keyed work queue (pod deletions re-queue
-the job's Workload, so readiness follows the last pod's deletion event, with no polling),
-and a worker re-reads what it is about to approve.
+:class:`Readmission` does the I/O: kopf's event handlers feed a keyed work queue (a pod's
+deletion re-queues its job's Workload, so readiness follows the last pod's deletion event,
+with no polling); a worker judges from the indexes whether there may be something to do, and
+then judges again from a fresh read through ``Kube`` (the Workload and a live list of the
+job's pods) before it writes anything.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from admission.informer import Informer, Key, Obj, key_of
+from admission.intake import LISTED, Caches, Feed, Key, Obj, key_of, trainjob_of
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
 from admission.workqueue import WorkQueue
@@ -50,15 +52,6 @@ def ready_message(a: int) -> str:
 
 
 # --- reading the objects (pure) -------------------------------------------------------
-def trainjob_of(wl: Obj) -> str | None:
-    """The name of the TrainJob that controls this Workload, or None."""
-    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if (ref.get("kind") == "TrainJob" and ref.get("controller")
-                and str(ref.get("apiVersion", "")).startswith(names.TRAINER_GROUP + "/")):
-            return str(ref.get("name") or "") or None
-    return None
-
-
 def condition(obj: Obj, typ: str) -> Obj | None:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == typ:
@@ -211,22 +204,22 @@ def quota_reserved_at(wl: Obj) -> datetime | None:
 class Readmission:
     """Runs the decisions for every Workload, as leader only."""
 
-    def __init__(self, kube: Kube, elector: LeaderElector, *, workloads: Informer,
-                 pods: Informer, admission_checks: Informer, cluster_queues: Informer,
+    RELIST_QUIET = 1.0
+    """Seconds without a pod listing event after which a re-list counts as over."""
+
+    def __init__(self, kube: Kube, elector: LeaderElector, caches: Caches, *,
+                 workloads: Feed, pods: Feed, admission_checks: Feed, cluster_queues: Feed,
                  metrics: Metrics, events: EventRecorder, workers: int = 2) -> None:
         self.kube = kube
         self.elector = elector
-        self.workloads = workloads
-        self.pods = pods
-        self.admission_checks = admission_checks
-        self.cluster_queues = cluster_queues
+        self.caches = caches
         self.metrics = metrics
         self.events = events
         self.workers = workers
         self.queue: WorkQueue[Key] = WorkQueue()
-        # (namespace, jobset name) -> pod names; (namespace, trainjob) -> Workload names
-        self._pods_by_job: dict[Key, set[str]] = {}
-        self._wls_by_job: dict[Key, set[str]] = {}
+        self.warm = False
+        """Set once the indexes are warm: pod listing events after that are a re-list."""
+        self._relisted: asyncio.TimerHandle | None = None
         self._skipped: dict[Key, str] = {}
         workloads.subscribe(self._on_workload)
         pods.subscribe(self._on_pod)
@@ -235,67 +228,40 @@ class Readmission:
         elector.on_change(lambda leading: self.enqueue_all() if leading else None)
 
     # --- what is ours -----------------------------------------------------------------
-    def check_names(self) -> frozenset[str]:
-        return frozenset(
-            str(ac["metadata"]["name"]) for ac in self.admission_checks.values()
-            if (ac.get("spec") or {}).get("controllerName") == names.CONTROLLER_NAME)
-
-    def cq_checks(self) -> dict[str, frozenset[str]]:
-        out: dict[str, frozenset[str]] = {}
-        for cq in self.cluster_queues.values():
-            rules = ((cq.get("spec") or {}).get("admissionChecksStrategy") or {}).get(
-                "admissionChecks") or []
-            out[str(cq["metadata"]["name"])] = frozenset(str(r.get("name")) for r in rules)
-        return out
-
     def pods_left(self, namespace: str, trainjob: str) -> int:
-        return len(self._pods_by_job.get((namespace, trainjob), ()))
+        return self.caches.pods_left(namespace, trainjob)
 
-    # --- informer listeners (sync, cheap) ---------------------------------------------
-    def _on_workload(self, typ: str, old: Obj | None, new: Obj | None) -> None:
-        obj = new or old
-        if obj is None:
+    # --- feed listeners (sync, cheap) -------------------------------------------------
+    def _on_workload(self, typ: str, obj: Obj) -> None:
+        key = key_of(obj)
+        if typ == "DELETED":
+            self._skipped.pop(key, None)
             return
-        ns, name = key_of(obj)
-        for o, add in ((old, False), (new, True)):
-            tj = trainjob_of(o) if o else None
-            if tj:
-                s = self._wls_by_job.setdefault((ns, tj), set())
-                if add:
-                    s.add(name)
-                else:
-                    s.discard(name)
-                    if not s:
-                        self._wls_by_job.pop((ns, tj), None)
-        if new is None:
-            self._skipped.pop((ns, name), None)
-            return
-        self.queue.add((ns, name))
+        self.queue.add(key)
 
-    def _on_pod(self, typ: str, old: Obj | None, new: Obj | None) -> None:
-        obj = new or old
-        if obj is None:
-            return
-        ns, name = key_of(obj)
-        for o, add in ((old, False), (new, True)):
-            job = ((o or {}).get("metadata") or {}).get("labels", {}).get(names.JOBSET_NAME_LABEL)
-            if not job:
-                continue
-            s = self._pods_by_job.setdefault((ns, job), set())
-            if add:
-                s.add(name)
-            else:
-                s.discard(name)
-                if not s:
-                    self._pods_by_job.pop((ns, job), None)
-        if typ in ("DELETED", "ADDED"):
-            job = ((obj.get("metadata") or {}).get("labels") or {}).get(names.JOBSET_NAME_LABEL)
-            for wl in self._wls_by_job.get((ns, str(job)), ()):
-                self.queue.add((ns, wl))
+    def _on_pod(self, typ: str, obj: Obj) -> None:
+        if typ == "MODIFIED":
+            return  # only a pod's coming and going changes what a Workload waits for
+        ns, _ = key_of(obj)
+        job = ((obj.get("metadata") or {}).get("labels") or {}).get(names.JOBSET_NAME_LABEL)
+        for wl in self.caches.workloads_of_job(ns, str(job)):
+            self.queue.add((ns, wl))
+        if typ == LISTED and self.warm:
+            # kopf re-lists after a watch gap without DELETED events for what went meanwhile:
+            # once the re-list is quiet, judge every Workload again from a live read.
+            if self._relisted is not None:
+                self._relisted.cancel()
+            self._relisted = asyncio.get_running_loop().call_later(
+                self.RELIST_QUIET, self.enqueue_all)
 
     def enqueue_all(self) -> None:
-        for wl in self.workloads.values():
+        for wl in self.caches.workloads():
             self.queue.add(key_of(wl))
+
+    def close(self) -> None:
+        if self._relisted is not None:
+            self._relisted.cancel()
+        self.queue.close()
 
     # --- workers ----------------------------------------------------------------------
     async def run(self) -> None:
@@ -328,25 +294,24 @@ class Readmission:
             log.info("skipping workload %s/%s: %s", *key, why,
                      extra={"workload": f"{key[0]}/{key[1]}"})
 
+    def _decide(self, wl: Obj, pods_left: int) -> Decision:
+        return decide(wl, check_names=self.caches.check_names(),
+                      cluster_queues=self.caches.cq_checks(), pods_left=pods_left)
+
     async def reconcile(self, key: Key) -> None:
         if not self.elector.is_leader():
             return
-        wl = self.workloads.get(*key)
+        wl = self.caches.workload(*key)
         if wl is None:
             return
-        d = decide(wl, check_names=self.check_names(), cluster_queues=self.cq_checks(),
-                   pods_left=self.pods_left(key[0], trainjob_of(wl) or ""))
+        d = self._decide(wl, self.pods_left(key[0], trainjob_of(wl) or ""))
         if d.kind == "ignore" or d.kind == "idle":
             return
         if d.kind == "skip":
             self._skip(key, d.reason)
             return
         self._skipped.pop(key, None)
-        if d.kind == "wait":
-            if d.write:
-                await self._write_wait(wl, d)
-            return
-        await self._approve(key, d)
+        await self._act(key, d.trainjob)
 
     async def _write_wait(self, wl: Obj, d: Decision) -> None:
         ns, name = key_of(wl)
@@ -364,20 +329,22 @@ class Readmission:
         await self.kube.patch(WORKLOAD, name, body, ns, kind="apply", subresource="status",
                               field_manager=names.FIELD_MANAGER, force=True)
 
-    async def _approve(self, key: Key, cached: Decision) -> None:
+    async def _act(self, key: Key, tj_name: str) -> None:
+        """Judge again from the server, then write: the check's wait message, or A and Ready."""
         ns, name = key
-        # Re-read what we are about to approve: the caches may lag the server.
+        # The indexes may lag the server (or, after a watch gap, keep a pod that is gone).
         wl = await self.kube.get_or_none(WORKLOAD, name, ns)
         if wl is None:
             return
-        tj_name = cached.trainjob
         live_pods, _ = await self.kube.list(
             POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={tj_name}")
-        d = decide(wl, check_names=self.check_names(), cluster_queues=self.cq_checks(),
-                   pods_left=len(live_pods))
+        d = self._decide(wl, len(live_pods))
         if d.kind == "wait":
             if d.write:
-                await self._write_wait(wl, d)
+                try:
+                    await self._write_wait(wl, d)
+                except errors.KubeNotFound:
+                    return  # the Workload went between the read and the write
             return
         if d.kind != "approve":
             return

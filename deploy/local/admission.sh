@@ -26,6 +26,14 @@ die() { printf '[admission] error: %s\n' "$*" >&2; exit 1; }
 
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 
+close_inherited_fds() {
+  local fd
+  for fd in "/proc/$BASHPID/fd/"*; do
+    fd=${fd##*/}
+    if [ "$fd" -gt 2 ] 2>/dev/null; then eval "exec $fd>&-" 2>/dev/null || true; fi
+  done
+}
+
 start() {
   local kubeconfig=${1:?usage: admission.sh start KUBECONFIG}
   [ -r "$kubeconfig" ] || die "cannot read kubeconfig $kubeconfig"
@@ -38,8 +46,11 @@ start() {
   if [ -n "$kubectl" ] && ! "$kubectl" --kubeconfig "$kubeconfig" get namespace dispatch-system >/dev/null 2>&1; then
     "$kubectl" --kubeconfig "$kubeconfig" create namespace dispatch-system >/dev/null
   fi
+  # The controller outlives this script: it must not inherit the caller's open files (a
+  # `flock /tmp/dk-cluster.lock` around this script would otherwise stay locked for as long
+  # as the controller runs), so every descriptor above stderr is closed first.
   # shellcheck disable=SC2086  # ADMISSION_ARGS is a list of flags
-  (cd "$repo" && exec setsid "$python" -m admission --kubeconfig "$kubeconfig" \
+  (cd "$repo" && close_inherited_fds && exec setsid "$python" -m admission --kubeconfig "$kubeconfig" \
       --identity "$identity" \
       --webhook-listen "127.0.0.1:$port" --webhook-url "https://127.0.0.1:$port" \
       --tls-secret dispatch-admission-tls \

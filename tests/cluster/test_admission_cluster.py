@@ -343,16 +343,37 @@ async def test_expired_hold_is_released(kube: Kube, ns: str,
 
 async def test_kopf_style_writes_are_absent(kube: Kube, ns: str,
                                             admission: AdmissionHandle) -> None:
-    """Kueue's and Trainer's objects carry nothing of ours but the owned fields."""
+    """kopf runs the controller but writes nothing: Kueue's, Trainer's objects and the pods
+    carry no kopf finalizer, annotation or managed fields, and ours only our check's status."""
     admission.start()
     _, tj = await dispatch_job(kube, ns, SLOW_TERM, nodes=1)
     wl = await wait_ready(kube, ns, tj)
+    await wait_running_pods(kube, ns, tj, 1, "ready")
+    # Deactivate and reactivate, so kopf has seen every kind of event on them, pods included.
+    await set_active(kube, ns, wl, False)
+    await eventually(lambda: _terminating(kube, ns, tj), 60, "old pods terminating")
+    await set_active(kube, ns, wl, True)
+    await eventually(lambda: _ready_again(kube, ns, tj), 90, "the check Ready again")
+    wl = await workload(kube, ns, tj)
+    assert wl is not None
     tjo = await kube.get(r.TRAINJOB, tj, ns)
-    for obj in (wl, tjo):
+    pods = await wait_running_pods(kube, ns, tj, 1, "ready")
+    for obj in (wl, tjo, *pods):
         meta = obj["metadata"]
-        assert not [f for f in meta.get("finalizers") or [] if "kopf" in f or "dispatch" in f]
-        assert not [a for a in meta.get("annotations") or {} if "kopf" in a]
+        what = f"{obj.get('kind', 'Pod')} {meta['name']}"
+        assert not [f for f in meta.get("finalizers") or [] if "kopf" in f or "dispatch" in f], \
+            what
+        assert not [a for a in meta.get("annotations") or {} if "kopf" in a], what
+        assert not [m for m in meta.get("managedFields") or []
+                    if "kopf" in str(m.get("manager"))], what
     ours = [m for m in wl["metadata"].get("managedFields") or []
             if m.get("manager") == names.FIELD_MANAGER]
     assert [m.get("subresource") for m in ours] == ["status"]
     assert [m.get("operation") for m in ours] == ["Apply"]
+    assert not [m for p in pods for m in p["metadata"].get("managedFields") or []
+                if m.get("manager") == names.FIELD_MANAGER]
+
+
+async def _ready_again(kube: Kube, ns: str, tj: str) -> bool:
+    return (check_state(await workload(kube, ns, tj)).get("state") == "Ready"
+            and await admission_count(kube, ns, tj) == 2)

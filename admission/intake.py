@@ -1,0 +1,206 @@
+"""What the watches bring in: in-memory indexes and change feeds, filled by kopf's handlers.
+
+kopf (its own client: list, watch, re-list after 410) calls, for each watch event, first the
+``@kopf.index`` functions below, whose results it keeps as in-memory indexes, then the
+``@kopf.on.event`` handlers, which pass the event to a :class:`Feed` so the components
+(readmission, Active condition, hold expiry) learn what changed. Registration is in
+:mod:`admission.operator`; this module is plain functions and views, testable without kopf.
+
+:class:`Caches` reads the indexes through ``Mapping[key, Collection[value]]``, which is what a
+``kopf.Index`` is (a key maps to the values of every object that produced it), so tests use
+plain dicts of lists.
+
+A kopf re-list after a watch gap brings the objects that exist but no DELETED event for those
+that went meanwhile, so an index may keep a vanished object until the next restart. Nothing
+decides on an index alone: every write is preceded by a fresh read through ``Kube`` (see
+:mod:`admission.readmission`), and a 404 on a write drops the key.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
+
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, POD, WORKLOAD
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+"""(namespace, name); namespace is "" for cluster-scoped objects."""
+Listener = Callable[[str, Obj], None]
+"""Called with (event type, object). The type is ADDED, MODIFIED, DELETED, or LISTED for an
+object seen while kopf (re-)lists the resource."""
+LISTED = "LISTED"
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def trainjob_of(wl: Mapping[str, Any]) -> str | None:
+    """The name of the TrainJob that controls this Workload, or None."""
+    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+        if (ref.get("kind") == "TrainJob" and ref.get("controller")
+                and str(ref.get("apiVersion", "")).startswith(names.TRAINER_GROUP + "/")):
+            return str(ref.get("name") or "") or None
+    return None
+
+
+def is_our_check(ac: Mapping[str, Any]) -> bool:
+    return (ac.get("spec") or {}).get("controllerName") == names.CONTROLLER_NAME
+
+
+def checks_listed(cq: Mapping[str, Any]) -> frozenset[str]:
+    """The AdmissionChecks a ClusterQueue lists (admissionChecksStrategy)."""
+    rules = ((cq.get("spec") or {}).get("admissionChecksStrategy") or {}).get(
+        "admissionChecks") or []
+    return frozenset(str(r.get("name")) for r in rules)
+
+
+# --- index functions: object -> {key: value}; an empty dict takes the object out ----------
+def index_workload(wl: Mapping[str, Any]) -> dict[Key, Obj]:
+    """Every Workload by (namespace, name)."""
+    return {key_of(wl): dict(wl)}
+
+
+def index_workload_by_job(wl: Mapping[str, Any]) -> dict[Key, str]:
+    """Workload names by (namespace, TrainJob): a pod's deletion re-queues its Workload."""
+    tj = trainjob_of(wl)
+    return {(key_of(wl)[0], tj): key_of(wl)[1]} if tj else {}
+
+
+def index_pod_by_job(pod: Mapping[str, Any]) -> dict[Key, str]:
+    """Pod names by (namespace, jobset-name): the pods of a job's executions."""
+    job = labels_of(pod).get(names.JOBSET_NAME_LABEL)
+    return {(key_of(pod)[0], str(job)): key_of(pod)[1]} if job else {}
+
+
+def index_admission_check(ac: Mapping[str, Any]) -> dict[str, Obj]:
+    """Our AdmissionChecks (controllerName) by name."""
+    return {key_of(ac)[1]: dict(ac)} if is_our_check(ac) else {}
+
+
+def index_cluster_queue(cq: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+    """The checks each ClusterQueue lists, by ClusterQueue name."""
+    return {key_of(cq)[1]: checks_listed(cq)}
+
+
+class Feed:
+    """Change notifications for one resource, from its ``@kopf.on.event`` handler."""
+
+    def __init__(self, plural: str) -> None:
+        self.plural = plural
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def notify(self, typ: str | None, obj: Obj) -> None:
+        """kopf's type None (an object of a listing) becomes LISTED."""
+        for listener in self._listeners:
+            try:
+                listener(typ or LISTED, obj)
+            except Exception:  # a listener bug must not stop kopf's processing of the event
+                log.exception("listener of %s failed", self.plural)
+
+
+def _last(values: Collection[Any] | None) -> Any:
+    """The newest value under a key (a name reused by a new object lands last)."""
+    return list(values)[-1] if values else None
+
+
+class Caches:
+    """Read-only views over the indexes; bound to kopf's indexes when the operator starts."""
+
+    INDEXES = ("workloads", "workloads_by_job", "pods_by_job", "admission_checks",
+               "cluster_queues")
+
+    def __init__(self) -> None:
+        self._workloads: Mapping[Key, Collection[Obj]] = {}
+        self._workloads_by_job: Mapping[Key, Collection[str]] = {}
+        self._pods_by_job: Mapping[Key, Collection[str]] = {}
+        self._admission_checks: Mapping[str, Collection[Obj]] = {}
+        self._cluster_queues: Mapping[str, Collection[frozenset[str]]] = {}
+
+    def bind(self, indexes: Mapping[str, Any]) -> None:
+        """Take the indexes by name (kopf passes them to every handler as keyword args)."""
+        missing = [n for n in self.INDEXES if n not in indexes]
+        if missing:
+            raise KeyError(f"indexes not registered: {', '.join(missing)}")
+        self._workloads = indexes["workloads"]
+        self._workloads_by_job = indexes["workloads_by_job"]
+        self._pods_by_job = indexes["pods_by_job"]
+        self._admission_checks = indexes["admission_checks"]
+        self._cluster_queues = indexes["cluster_queues"]
+
+    # --- reads --------------------------------------------------------------------------
+    def workload(self, namespace: str, name: str) -> Obj | None:
+        wl: Obj | None = _last(self._workloads.get((namespace, name)))
+        return wl
+
+    def workloads(self) -> list[Obj]:
+        return [wl for key in list(self._workloads) if (wl := self.workload(*key)) is not None]
+
+    def workloads_of_job(self, namespace: str, trainjob: str) -> set[str]:
+        return set(self._workloads_by_job.get((namespace, trainjob)) or ())
+
+    def pods_left(self, namespace: str, job: str) -> int:
+        return len(set(self._pods_by_job.get((namespace, job)) or ()))
+
+    def admission_checks(self) -> list[Obj]:
+        """Our AdmissionChecks."""
+        return [ac for name in list(self._admission_checks)
+                if (ac := _last(self._admission_checks.get(name))) is not None]
+
+    def check_names(self) -> frozenset[str]:
+        return frozenset(str(ac["metadata"]["name"]) for ac in self.admission_checks())
+
+    def cq_checks(self) -> dict[str, frozenset[str]]:
+        """ClusterQueue name -> the checks it lists."""
+        out: dict[str, frozenset[str]] = {}
+        for name in list(self._cluster_queues):
+            listed = _last(self._cluster_queues.get(name))
+            if listed is not None:
+                out[name] = listed
+        return out
+
+    # --- warm-up --------------------------------------------------------------------------
+    def missing(self, live: Mapping[str, Iterable[Obj]]) -> dict[str, set[Key]]:
+        """What a live list has that the indexes lack, by resource plural.
+
+        ``live`` maps ``workloads``, ``pods``, ``admissionchecks``, ``clusterqueues`` to the
+        objects the API server lists now (pods: those with the jobset-name label).
+        """
+        out: dict[str, set[Key]] = {}
+        for wl in live.get(WORKLOAD.plural, ()):
+            if key_of(wl) not in self._workloads:
+                out.setdefault(WORKLOAD.plural, set()).add(key_of(wl))
+        for pod in live.get(POD.plural, ()):
+            for job_key, name in index_pod_by_job(pod).items():
+                if name not in (self._pods_by_job.get(job_key) or ()):
+                    out.setdefault(POD.plural, set()).add(key_of(pod))
+        for ac in live.get(ADMISSION_CHECK.plural, ()):
+            if is_our_check(ac) and key_of(ac)[1] not in self._admission_checks:
+                out.setdefault(ADMISSION_CHECK.plural, set()).add(key_of(ac))
+        for cq in live.get(CLUSTER_QUEUE.plural, ()):
+            if key_of(cq)[1] not in self._cluster_queues:
+                out.setdefault(CLUSTER_QUEUE.plural, set()).add(key_of(cq))
+        return out
+
+
+async def list_live(kube: Kube) -> dict[str, list[Obj]]:
+    """What the indexes should hold, listed through ``Kube`` (for the warm-up check)."""
+    out: dict[str, list[Obj]] = {}
+    for res, selector in ((WORKLOAD, None), (POD, names.JOBSET_NAME_LABEL),
+                          (ADMISSION_CHECK, None), (CLUSTER_QUEUE, None)):
+        out[res.plural], _ = await kube.list(res, label_selector=selector)
+    return out

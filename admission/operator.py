@@ -1,0 +1,220 @@
+"""kopf runs the controller: lifecycle, login, watches, indexes, event handlers.
+
+Everything kopf does is registered here, on a registry of our own (never kopf's global one):
+
+* ``on.login``: a ConnectionInfo from the same ``--kubeconfig``/``--context`` (or the pod's
+  service account) that :class:`~dispatch_kubeflow.kube.Kube` was opened with, loaded by the
+  same library (kubernetes_asyncio), so kopf's watches and Kube's requests authenticate alike.
+  kopf calls it again when the API server answers 401 (a rotated token).
+* ``on.startup`` / ``on.cleanup``: :meth:`Controller.start` and :meth:`Controller.stop`.
+* ``@kopf.index`` for Workloads, pods (by job), our AdmissionChecks and ClusterQueues
+  (:mod:`admission.intake`); ``@kopf.on.event`` for the same four, which notify the feeds.
+
+kopf writes nothing into anyone's objects: there are only index and event handlers (no
+on.create/update/delete/resume, no daemons or timers), so there is nothing to finalize and no
+progress or diff-base to store. The persistence settings are set to inert values anyway, so a
+future handler cannot quietly start annotating Kueue's or Trainer's objects: a finalizer name
+no other operator uses (kopf removes its finalizer from any object that carries it but needs
+it no more, so the default name, shared by every kopf operator, would be unsafe), and progress
+and diff-base storages that keep nothing. kopf's own Event posting is off (our Events are
+events.k8s.io/v1, posted through Kube), peering is off (``standalone``: the Lease elects).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from admission import intake
+from admission.app import Controller
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, POD, WORKLOAD
+
+log = logging.getLogger(__name__)
+
+UNUSED_FINALIZER = f"admission.{names.DOMAIN}/kopf-unused"
+"""kopf's finalizer name; never added (no handler needs one)."""
+
+
+# --- persistence that persists nothing --------------------------------------------------
+class NoProgressStorage(kopf.ProgressStorage):
+    """Handler progress kept nowhere: event and index handlers have none."""
+
+    def fetch(self, *, key: Any, body: Any) -> None:
+        return None
+
+    def store(self, *, key: Any, record: Any, body: Any, patch: Any) -> None:
+        return None
+
+    def purge(self, *, key: Any, body: Any, patch: Any) -> None:
+        return None
+
+    def touch(self, *, body: Any, patch: Any, value: str | None) -> None:
+        return None
+
+    def clear(self, *, essence: Any) -> Any:
+        return essence
+
+
+class NoDiffBaseStorage(kopf.DiffBaseStorage):
+    """No last-handled configuration: there are no change handlers to diff for."""
+
+    def fetch(self, *, body: Any) -> None:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
+
+
+def settings() -> kopf.OperatorSettings:
+    s = kopf.OperatorSettings()
+    s.persistence.finalizer = UNUSED_FINALIZER
+    s.persistence.progress_storage = NoProgressStorage()
+    s.persistence.diffbase_storage = NoDiffBaseStorage()
+    s.posting.enabled = False  # Events are ours, events.k8s.io/v1 through Kube
+    s.peering.standalone = True
+    s.peering.clusterwide = True
+    # Server-side selection: only pods of JobSets are sent to us, not every pod.
+    s.watching.label_selectors[POD.plural] = names.JOBSET_NAME_LABEL
+    s.watching.server_timeout = 300  # the API server ends each watch; kopf resumes it
+    s.watching.client_timeout = 330
+    # kopf retries failed handlers; our handlers do not fail (they only enqueue).
+    s.networking.request_timeout = 30
+    return s
+
+
+# --- login ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Login:
+    """Where the credentials come from: the CLI's flags."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool = False
+
+    async def configuration(self) -> k8s_client.Configuration:
+        cfg = k8s_client.Configuration()
+        try:
+            if self.in_cluster:
+                k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            else:
+                await k8s_config.load_kube_config(config_file=self.kubeconfig,
+                                                  context=self.context,
+                                                  client_configuration=cfg)
+        except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+            raise kopf.LoginError(f"cannot load credentials: {exc}") from exc
+        return cfg
+
+    async def connection_info(self) -> kopf.ConnectionInfo:
+        return await connection_info(await self.configuration())
+
+
+async def connection_info(cfg: k8s_client.Configuration) -> kopf.ConnectionInfo:
+    """kopf's ConnectionInfo for a loaded kubernetes_asyncio Configuration.
+
+    Certificate data embedded in a kubeconfig has been written to files by the loader
+    (``cert_file``/``key_file``/``ssl_ca_cert`` are paths). A bearer token (static, from a
+    token file, an exec plugin or an auth provider) comes from ``get_api_key_with_prefix``.
+    """
+    maybe: Any = cfg.get_api_key_with_prefix("BearerToken")
+    header = await maybe if inspect.isawaitable(maybe) else maybe
+    scheme: str | None = None
+    token: str | None = None
+    if header:
+        parts = str(header).split(" ", 1)
+        scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+    return kopf.ConnectionInfo(
+        server=str(cfg.host),
+        ca_path=cfg.ssl_ca_cert or None,
+        insecure=not cfg.verify_ssl or None,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=cfg.cert_file or None,
+        private_key_path=cfg.key_file or None,
+        proxy_url=cfg.proxy or None,
+    )
+
+
+# --- the registry ------------------------------------------------------------------------------
+def _selector(res: Any) -> tuple[str, str, str]:
+    return res.group, res.version, res.plural
+
+
+def registry(controller: Controller, login: Login) -> kopf.OperatorRegistry:
+    """All of kopf's handlers, bound to ``controller``."""
+    reg = kopf.OperatorRegistry()
+    feeds = controller.feeds
+    # Handlers are coroutines: kopf runs plain functions in a thread, and ours touch the loop.
+
+    @kopf.on.login(id="login", registry=reg)
+    async def login_from_flags(**_: Any) -> kopf.ConnectionInfo:
+        return await login.connection_info()
+
+    @kopf.on.startup(id="start", registry=reg, backoff=2.0)
+    async def start(**kwargs: Any) -> None:
+        try:
+            await controller.start({n: kwargs[n] for n in intake.Caches.INDEXES})
+        except errors.SettingsError as exc:
+            controller.fatal = exc
+            raise kopf.PermanentError(str(exc)) from exc
+
+    @kopf.on.cleanup(id="stop", registry=reg)
+    async def stop(**_: Any) -> None:
+        await controller.stop()
+
+    # --- indexes: kopf keeps what these return, per object, and drops it on DELETED -------
+    @kopf.index(*_selector(WORKLOAD), id="workloads", registry=reg)
+    async def workloads(body: kopf.Body, **_: Any) -> dict[intake.Key, intake.Obj]:
+        return intake.index_workload(body)
+
+    @kopf.index(*_selector(WORKLOAD), id="workloads_by_job", registry=reg)
+    async def workloads_by_job(body: kopf.Body, **_: Any) -> dict[intake.Key, str]:
+        return intake.index_workload_by_job(body)
+
+    @kopf.index(*_selector(POD), id="pods_by_job",
+                labels={names.JOBSET_NAME_LABEL: kopf.PRESENT}, registry=reg)
+    async def pods_by_job(body: kopf.Body, **_: Any) -> dict[intake.Key, str]:
+        return intake.index_pod_by_job(body)
+
+    @kopf.index(*_selector(ADMISSION_CHECK), id="admission_checks", registry=reg)
+    async def admission_checks(body: kopf.Body, **_: Any) -> dict[str, intake.Obj]:
+        return intake.index_admission_check(body)
+
+    @kopf.index(*_selector(CLUSTER_QUEUE), id="cluster_queues", registry=reg)
+    async def cluster_queues(body: kopf.Body, **_: Any) -> dict[str, frozenset[str]]:
+        return intake.index_cluster_queue(body)
+
+    # --- events: kopf calls these after the indexes took the event in ----------------------
+    def feed(res: Any, **filters: Any) -> None:
+        target = feeds[res.plural]
+
+        @kopf.on.event(*_selector(res), registry=reg, id=f"feed-{res.plural}", **filters)
+        async def on_event(type: str | None, event: Mapping[str, Any], **_: Any) -> None:
+            target.notify(type, dict(event["object"]))
+
+    feed(WORKLOAD)
+    feed(POD, labels={names.JOBSET_NAME_LABEL: kopf.PRESENT})
+    feed(ADMISSION_CHECK)
+    feed(CLUSTER_QUEUE)
+    return reg
+
+
+async def run(controller: Controller, login: Login) -> None:
+    """Run the operator until SIGTERM/SIGINT (kopf's handlers) or ``controller.stop_flag``."""
+    await kopf.operator(
+        registry=registry(controller, login),
+        settings=settings(),
+        standalone=True,
+        clusterwide=True,
+        stop_flag=controller.stop_flag,
+    )

@@ -1,0 +1,206 @@
+"""kopf's part of the controller: settings, registry, login, indexes (no cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+import yaml
+
+from admission import intake, operator, tls
+from admission.app import Config, Controller
+from admission.observability import JsonFormatter
+from dispatch_kubeflow.core import names
+
+Obj = dict[str, Any]
+
+
+# --- settings and registry: kopf may write nothing ----------------------------------------
+def test_settings_make_kopf_inert() -> None:
+    s = operator.settings()
+    assert s.posting.enabled is False
+    assert s.peering.standalone is True
+    assert s.persistence.finalizer == operator.UNUSED_FINALIZER
+    assert not s.persistence.finalizer.startswith("kopf.zalando.org")
+    assert isinstance(s.persistence.progress_storage, operator.NoProgressStorage)
+    assert isinstance(s.persistence.diffbase_storage, operator.NoDiffBaseStorage)
+    assert list(s.watching.label_selectors.values()) == [names.JOBSET_NAME_LABEL]
+
+
+def test_storages_write_nothing_into_a_patch() -> None:
+    body = kopf.Body({"metadata": {"name": "x", "annotations": {"a": "b"}}})
+    patch = kopf.Patch()
+    progress = operator.NoProgressStorage()
+    progress.store(key="h", record={"started": "now"}, body=body, patch=patch)
+    progress.purge(key="h", body=body, patch=patch)
+    progress.touch(body=body, patch=patch, value="x")
+    assert progress.fetch(key="h", body=body) is None
+    diffbase = operator.NoDiffBaseStorage()
+    diffbase.store(body=body, patch=patch, essence={"spec": {}})
+    assert diffbase.fetch(body=body) is None
+    assert not patch
+
+
+def _registry() -> kopf.OperatorRegistry:
+    controller = Controller(kube=None, config=Config(identity="t"))  # type: ignore[arg-type]
+    return operator.registry(controller, operator.Login())
+
+
+def test_registry_has_only_index_event_and_activity_handlers() -> None:
+    reg = _registry()
+    # No change handlers (create/update/delete/resume), daemons, timers or webhooks: nothing
+    # that needs a finalizer, progress or diff-base storage on Kueue's or Trainer's objects.
+    assert not list(reg._changing.get_all_handlers())
+    assert not list(reg._spawning.get_all_handlers())
+    assert not list(reg._webhooks.get_all_handlers())
+    assert {h.id for h in reg._indexing.get_all_handlers()} == set(intake.Caches.INDEXES)
+    plurals = {h.selector.plural or h.selector.any_name
+               for h in reg._watching.get_all_handlers() if h.selector}
+    assert plurals == {"workloads", "pods", "admissionchecks", "clusterqueues"}
+    assert {h.id for h in reg._activities.get_all_handlers()} == {"login", "start", "stop"}
+    # The default registry stays empty: several controllers can live in one process.
+    assert not list(kopf.get_default_registry()._indexing.get_all_handlers())
+
+
+# --- login --------------------------------------------------------------------------------------
+def _kubeconfig(tmp_path: Path, user: Obj) -> Path:
+    material = tls.generate(["localhost"])
+    cfg = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "a",
+        "clusters": [{"name": "c", "cluster": {
+            "server": "https://127.0.0.1:16443",
+            "certificate-authority-data": base64.b64encode(material.ca).decode()}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "a", "context": {"cluster": "c", "user": "u"}},
+                     {"name": "b", "context": {"cluster": "c", "user": "u",
+                                               "namespace": "x"}}],
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_login_uses_embedded_client_certificate(tmp_path: Path) -> None:
+    material = tls.generate(["admin"])
+    path = _kubeconfig(tmp_path, {
+        "client-certificate-data": base64.b64encode(material.cert).decode(),
+        "client-key-data": base64.b64encode(material.key).decode()})
+    info = asyncio.run(operator.Login(kubeconfig=str(path), context="b").connection_info())
+    assert info.server == "https://127.0.0.1:16443"
+    assert info.token is None
+    assert info.insecure is None
+    assert Path(str(info.certificate_path)).read_bytes() == material.cert
+    assert Path(str(info.private_key_path)).read_bytes() == material.key
+    assert Path(str(info.ca_path)).exists()
+    info.as_ssl_context()  # kopf can build its TLS context from it
+
+
+def test_login_uses_a_bearer_token(tmp_path: Path) -> None:
+    path = _kubeconfig(tmp_path, {"token": "s3cret"})
+    info = asyncio.run(operator.Login(kubeconfig=str(path)).connection_info())
+    assert (info.scheme, info.token) == ("Bearer", "s3cret")
+    assert info.as_http_headers() == {"Authorization": "Bearer s3cret"}
+
+
+def test_login_fails_clearly_on_a_missing_context(tmp_path: Path) -> None:
+    path = _kubeconfig(tmp_path, {"token": "t"})
+    with pytest.raises(kopf.LoginError, match="nope"):
+        asyncio.run(operator.Login(kubeconfig=str(path), context="nope").connection_info())
+
+
+# --- intake ---------------------------------------------------------------------------------------
+def _wl(name: str, tj: str | None = "tj", ns: str = "ns") -> Obj:
+    meta: Obj = {"name": name, "namespace": ns}
+    if tj:
+        meta["ownerReferences"] = [{"apiVersion": f"{names.TRAINER_GROUP}/v1alpha1",
+                                    "kind": "TrainJob", "name": tj, "controller": True}]
+    return {"metadata": meta}
+
+
+def _pod(name: str, job: str | None, ns: str = "ns") -> Obj:
+    labels = {names.JOBSET_NAME_LABEL: job} if job else {}
+    return {"metadata": {"name": name, "namespace": ns, "labels": labels}}
+
+
+def test_index_functions() -> None:
+    assert intake.index_workload(_wl("w")) == {("ns", "w"): _wl("w")}
+    assert intake.index_workload_by_job(_wl("w")) == {("ns", "tj"): "w"}
+    assert intake.index_workload_by_job(_wl("w", tj=None)) == {}
+    assert intake.index_pod_by_job(_pod("p", "tj")) == {("ns", "tj"): "p"}
+    assert intake.index_pod_by_job(_pod("p", None)) == {}
+    ours = {"metadata": {"name": "c"}, "spec": {"controllerName": names.CONTROLLER_NAME}}
+    assert intake.index_admission_check(ours) == {"c": ours}
+    assert intake.index_admission_check({"metadata": {"name": "o"}, "spec": {}}) == {}
+    cq = {"metadata": {"name": "q"}, "spec": {"admissionChecksStrategy": {
+        "admissionChecks": [{"name": "c"}, {"name": "d"}]}}}
+    assert intake.index_cluster_queue(cq) == {"q": frozenset({"c", "d"})}
+
+
+def _caches() -> intake.Caches:
+    c = intake.Caches()
+    ours = {"metadata": {"name": "c"}, "spec": {"controllerName": names.CONTROLLER_NAME}}
+    c.bind({"workloads": {("ns", "w"): [_wl("w")], ("ns", "v"): [_wl("v-old"), _wl("v")]},
+            "workloads_by_job": {("ns", "tj"): ["w", "v"]},
+            "pods_by_job": {("ns", "tj"): ["p1", "p2"]},
+            "admission_checks": {"c": [ours]},
+            "cluster_queues": {"q": [frozenset({"c"})]}})
+    return c
+
+
+def test_caches_read_kopf_style_indexes() -> None:
+    c = _caches()
+    assert c.workload("ns", "v") == _wl("v")  # the newest object under a reused name
+    assert c.workload("ns", "nope") is None
+    assert {w["metadata"]["name"] for w in c.workloads()} == {"w", "v"}
+    assert c.workloads_of_job("ns", "tj") == {"w", "v"}
+    assert c.pods_left("ns", "tj") == 2
+    assert c.pods_left("ns", "other") == 0
+    assert c.check_names() == frozenset({"c"})
+    assert c.cq_checks() == {"q": frozenset({"c"})}
+    with pytest.raises(KeyError, match="pods_by_job"):
+        intake.Caches().bind({"workloads": {}})
+
+
+def test_caches_missing_compares_with_a_live_list() -> None:
+    c = _caches()
+    live = {"workloads": [_wl("w"), _wl("new")],
+            "pods": [_pod("p1", "tj"), _pod("p3", "tj")],
+            "admissionchecks": [{"metadata": {"name": "other"}, "spec": {}}],
+            "clusterqueues": [{"metadata": {"name": "q"}}, {"metadata": {"name": "r"}}]}
+    assert c.missing(live) == {"workloads": {("ns", "new")}, "pods": {("ns", "p3")},
+                               "clusterqueues": {("", "r")}}
+    assert c.missing({}) == {}
+
+
+def test_feed_maps_listing_events_and_survives_a_bad_listener() -> None:
+    feed = intake.Feed("pods")
+    seen: list[tuple[str, str]] = []
+
+    def bad(typ: str, obj: Obj) -> None:
+        raise RuntimeError("bug")
+    feed.subscribe(bad)
+    feed.subscribe(lambda typ, obj: seen.append((typ, obj["metadata"]["name"])))
+    feed.notify(None, _pod("p", "j"))
+    feed.notify("DELETED", _pod("p", "j"))
+    assert seen == [(intake.LISTED, "p"), ("DELETED", "p")]
+
+
+# --- kopf's log records through the structured formatter ---------------------------------
+def test_kopf_records_are_json_with_the_object() -> None:
+    rec = logging.LogRecord("kopf.objects", logging.WARNING, __file__, 1, "Handler failed",
+                            None, None)
+    rec.settings = operator.settings()
+    rec.k8s_skip = False
+    rec.k8s_ref = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                   "name": "w", "uid": "u", "namespace": "ns"}
+    out = json.loads(JsonFormatter().format(rec))
+    assert out["object"] == "Workload ns/w"
+    assert out["logger"] == "kopf.objects"
+    assert out["msg"] == "Handler failed"
+    assert not {"settings", "k8s_skip", "k8s_ref"} & set(out)
