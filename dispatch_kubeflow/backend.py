@@ -14,7 +14,8 @@ reasons; inspect, find, output, hold and stop_job still work.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -29,6 +30,7 @@ from dispatch_kubeflow.model import (
     HoldMeta,
     JobID,
     ObjectRef,
+    ObjectState,
     Observation,
     OutputStream,
     StartRequest,
@@ -38,7 +40,7 @@ from dispatch_kubeflow.model import (
 from dispatch_kubeflow.output import LogStream
 from dispatch_kubeflow.registry import AdapterConfig, register
 from dispatch_kubeflow.settings import Settings
-from dispatch_kubeflow.waits import deadline_after, within
+from dispatch_kubeflow.waits import Watched, deadline_after, wait_for_all, within
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,67 @@ class Backend:
             obs = state.observe(trainjob, workload, pods)
         return obs
 
+    async def wait(self, ref: ObjectRef | str, *states: ObjectState,
+                   deadline: datetime | None = None) -> Observation:
+        """Wait until the job is in one of ``states``; return that observation.
+
+        A watch, not a poll: the TrainJob, its pods and (Kueue) its Workload are watched,
+        and the state table (:func:`dispatch_kubeflow.state.observe`) is applied after
+        every event, so the wait ends as soon as the server reports the change. Past
+        ``deadline`` it raises DeadlineExceeded. In plain mode an expired hold is released
+        on the way, as by :meth:`inspect`.
+        """
+        ref = self._ref(ref)
+        want = frozenset(ObjectState(s) for s in states)
+        if not want:
+            raise errors.SpecError("states: name at least one state to wait for",
+                                   field="states")
+        label = ", ".join(sorted(want))
+        async with within(deadline, f"waiting for {ref.id} to be {label}"):
+            while True:
+                found = await self._watch_state(ref, want)
+                if found is not None:
+                    return found
+                obs = await self.inspect(ref)  # releases the expired plain-mode hold
+                if obs.state in want:
+                    return obs
+
+    async def _watch_state(self, ref: ObjectRef, want: frozenset[ObjectState]
+                           ) -> Observation | None:
+        """Watch until a state in ``want`` (an Observation) or an expired plain hold (None)."""
+        ns, name = ref.namespace, ref.name
+        uid = ref.uid
+        if not uid:
+            trainjob = await self._kube.get_or_none(TRAINJOB, name, ns)
+            if trainjob is None:
+                obs = state.observe(None, None, [])
+                if obs.state in want:
+                    return obs
+                raise errors.NotFound(f"TrainJob {ref.id} not found")
+            uid = str(state.meta(trainjob)["uid"])
+        watched = [Watched(TRAINJOB, ns, field_selector=f"metadata.name={name}"),
+                   Watched(POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")]
+        if self.settings.kueue is not None:
+            watched.append(Watched(WORKLOAD, ns,
+                                   label_selector=f"{names.KUEUE_JOB_UID_LABEL}={uid}"))
+        expired: list[bool] = []
+
+        def judge(current: Sequence[Mapping[str, Obj]]) -> Observation | None:
+            trainjob = current[0].get(name)
+            if trainjob is not None and str(state.meta(trainjob).get("uid")) != uid:
+                trainjob = None  # a newer TrainJob of the same name is not this job
+            pods = list(current[1].values())
+            workload = newest_workload(current[2].values()) if len(current) > 2 else None
+            obs = state.observe(trainjob, workload, pods)
+            if (trainjob is not None and self.settings.kueue is None and obs.hold_instance
+                    and not pods and hold.expired(trainjob)):
+                expired.append(True)
+                return obs
+            return obs if obs.state in want else None
+
+        obs = await wait_for_all(self._kube, watched, judge)
+        return None if expired else obs
+
     async def _read(self, ref: ObjectRef) -> tuple[Obj | None, Obj | None, list[Obj]]:
         trainjob = await self._kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
         pods, _ = await self._kube.list(POD, ref.namespace,
@@ -176,9 +239,7 @@ class Backend:
         m = state.meta(trainjob)
         items, _ = await self._kube.list(
             WORKLOAD, m["namespace"], label_selector=f"{names.KUEUE_JOB_UID_LABEL}={m['uid']}")
-        live = [w for w in items if not state.meta(w).get("deletionTimestamp")] or items
-        return max(live, key=lambda w: str(state.meta(w).get("creationTimestamp", "")),
-                   default=None)
+        return newest_workload(items)
 
     # --- hold and release -----------------------------------------------------------------
     async def hold(self, ref: ObjectRef | str, meta: HoldMeta) -> None:
@@ -238,6 +299,11 @@ class Backend:
                                    submission=submission)
 
     # --- helpers --------------------------------------------------------------------------
+    @property
+    def kube(self) -> Kube:
+        """The connection the backend uses (its ``requests`` counter is read by benchmarks)."""
+        return self._kube
+
     def _ref(self, ref: ObjectRef | str) -> ObjectRef:
         if isinstance(ref, str):
             ref = ObjectRef.parse(ref)
@@ -248,6 +314,14 @@ class Backend:
             raise errors.SpecError(f"ref: {ref.id} is not in this backend's namespace "
                                    f"{self.settings.namespace}", field="ref")
         return ref
+
+
+def newest_workload(items: Iterable[Obj]) -> Obj | None:
+    """The TrainJob's current Workload: the newest not being deleted (else the newest)."""
+    items = list(items)
+    live = [w for w in items if not state.meta(w).get("deletionTimestamp")] or items
+    return max(live, key=lambda w: str(state.meta(w).get("creationTimestamp", "")),
+               default=None)
 
 
 async def factory(config: AdapterConfig) -> Backend:

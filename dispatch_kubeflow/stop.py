@@ -3,13 +3,17 @@
 ``find(job)`` lists what exists of a job in the namespace, orphans included: TrainJobs,
 runtime copies, JobSets, Jobs and pods by the ``dispatch.phpboyscout.uk/job-id`` label
 (the runtime copy puts it on the JobSet, Job and pod templates), JobSets also by name
-(a JobSet is named as its TrainJob), and Workloads by ``kueue.x-k8s.io/job-uid`` or by
-an ownerReference to one of the job's TrainJobs.
+(a JobSet is named as its TrainJob), and Workloads by ``kueue.x-k8s.io/job-uid``, by
+an ownerReference to one of the job's TrainJobs, or by the job-id label on their pod
+sets' templates (an orphaned Workload has neither owner nor a TrainJob to match).
 
 ``stop_job`` records the reason as an Event on each TrainJob, deletes the TrainJobs with
 background propagation (so the TrainJob is gone at once and the garbage collector removes
 the rest), then finds what is left and deletes each object under its own UID
 precondition, pass after pass, until nothing remains or ``timeouts.stopJob`` passes.
+Between passes it does not poll: it watches each kind from the resourceVersion of the
+pass's list until every object the pass found is deleted (or the time is up), then lists
+again to catch anything created meanwhile.
 Foreground deletion is not used: it keeps the TrainJob until every dependant is gone and
 a stuck pod would then hide the whole job behind a deletionTimestamp.
 """
@@ -22,7 +26,7 @@ import logging
 import re
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -72,6 +76,14 @@ class Findings:
     found: list[Found]
     unreadable: list[Resource]
     """Kinds whose list failed (not counting a kind the cluster does not serve)."""
+    versions: dict[Resource, str] = field(default_factory=dict)
+    """The resourceVersion of each kind's list (a watch from it misses nothing)."""
+
+
+def _selector(res: Resource, job: JobID) -> str | None:
+    """The label selector ``find`` lists ``res`` with (None: the whole namespace)."""
+    # JobSets and Workloads may lack the label: list them all and match by name/owner.
+    return None if res in (JOBSET, WORKLOAD) else f"{names.JOB_ID_LABEL}={job}"
 
 
 def trainjob_name_pattern(job: JobID) -> re.Pattern[str]:
@@ -84,7 +96,8 @@ def _belongs(res: Resource, obj: Mapping[str, Any], job: JobID, owners: set[str]
         return True
     if res is JOBSET and pattern.match(str(meta(obj).get("name", ""))):
         return True
-    if res is WORKLOAD and labels_of(obj).get(names.KUEUE_JOB_UID_LABEL) in owners:
+    if res is WORKLOAD and (labels_of(obj).get(names.KUEUE_JOB_UID_LABEL) in owners
+                            or _workload_of_job(obj, job)):
         return True
     for owner in meta(obj).get("ownerReferences") or []:
         if owner.get("uid") in owners:
@@ -94,24 +107,31 @@ def _belongs(res: Resource, obj: Mapping[str, Any], job: JobID, owners: set[str]
     return False
 
 
+def _workload_of_job(workload: Mapping[str, Any], job: JobID) -> bool:
+    """A Workload whose pod sets carry the job's label (copied by Kueue from the runtime
+    copy's pod template): found even when its TrainJob is gone and it lost its owner."""
+    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+        if labels_of(pod_set.get("template")).get(names.JOB_ID_LABEL) == str(job):
+            return True
+    return False
+
+
 async def find(kube: Kube, namespace: str, job: JobID, *, kueue: bool,
                known_uids: Iterable[str] = ()) -> Findings:
     """Everything of ``job`` in ``namespace``; see the module docstring."""
     pattern = trainjob_name_pattern(job)
-    selector = f"{names.JOB_ID_LABEL}={job}"
     kinds = [k for k in KINDS if kueue or k is not WORKLOAD]
+    versions: dict[Resource, str] = {}
 
     async def one(res: Resource) -> tuple[Resource, list[dict[str, Any]] | None]:
-        # JobSets and Workloads may lack the label: list them all and match by name/owner.
-        by_label = res not in (JOBSET, WORKLOAD)
         try:
-            items, _ = await kube.list(res, namespace,
-                                       label_selector=selector if by_label else None)
+            items, rv = await kube.list(res, namespace, label_selector=_selector(res, job))
         except errors.KubeNotFound:
             return res, []  # the cluster does not serve this kind: nothing of it exists
         except errors.KubeError as exc:
             log.warning("find %s: cannot list %s: %s", job, res.plural, exc)
             return res, None
+        versions[res] = rv
         return res, items
 
     listed = await asyncio.gather(*(one(k) for k in kinds))
@@ -126,7 +146,7 @@ async def find(kube: Kube, namespace: str, job: JobID, *, kueue: bool,
             unreadable.append(res)
             continue
         found += [Found(res, o) for o in items if _belongs(res, o, job, owners, pattern)]
-    return Findings(found, unreadable)
+    return Findings(found, unreadable, versions)
 
 
 async def record_reason(kube: Kube, trainjob: Mapping[str, Any], reason: str) -> None:
@@ -185,8 +205,47 @@ async def stop_job(kube: Kube, namespace: str, job: JobID, reason: str, *, kueue
             break
         for f in findings.found:
             await _delete(kube, f)
-        await asyncio.sleep(min(_PASS_WAIT, max(0.0, until - loop.time())))
+        await wait_gone(kube, namespace, job, findings, max(0.0, until - loop.time()))
     return _report(seen, findings)
+
+
+async def wait_gone(kube: Kube, namespace: str, job: JobID, findings: Findings,
+                    seconds: float) -> None:
+    """Watch until every object ``findings`` found is deleted, or ``seconds`` pass.
+
+    Each kind is watched from its list's resourceVersion, so no deletion is missed. When a
+    kind could not be listed (or its watch expired) there is nothing to watch from: wait
+    a moment and let the next pass list again.
+    """
+    if findings.unreadable:
+        await asyncio.sleep(min(_PASS_WAIT, seconds))
+        return
+    by_kind: dict[Resource, set[str]] = {}
+    for f in findings.found:
+        by_kind.setdefault(f.res, set()).add(f.uid)
+
+    async def gone(res: Resource, uids: set[str]) -> None:
+        rv = findings.versions.get(res, "")
+        while uids:
+            try:
+                async for ev in kube.watch(res, namespace, resource_version=rv,
+                                           label_selector=_selector(res, job),
+                                           timeout_seconds=60):
+                    rv = str(meta(ev.object).get("resourceVersion", rv))
+                    if ev.type == "DELETED":
+                        uids.discard(str(meta(ev.object).get("uid", "")))
+                        if not uids:
+                            return
+            except errors.KubeGone:
+                return  # expired: the next pass lists again
+            except errors.KubeError as exc:
+                log.warning("StopJob %s: watch of %s failed: %s", job, res.plural, exc)
+                await asyncio.sleep(_PASS_WAIT)
+                return
+
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await asyncio.gather(*(gone(res, uids) for res, uids in by_kind.items()))
 
 
 def _report(seen: Mapping[str, Found], last: Findings) -> StopReport:

@@ -1,15 +1,22 @@
-"""Waiting without polling: deadlines, and watches that end when a condition holds."""
+"""Waiting without polling: deadlines, and watches that end when a condition holds.
+
+Every wait of the library is a watch (:func:`wait_for`, :func:`wait_for_all`): it lists
+once, then reacts to the server's events; nothing re-reads on a timer. (The only sleeps
+are the preflight probe's observation window and the back-off after a failed request.)
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from dispatch_kubeflow.errors import DeadlineExceeded
 from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube.transport import WatchEvent
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -75,3 +82,62 @@ async def wait_for(
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
     raise AssertionError("observe() never ends by itself")
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """One list to keep current while waiting: a kind, where, and which objects."""
+
+    res: Resource
+    namespace: str | None
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+
+async def wait_for_all(
+    kube: Kube,
+    watched: Sequence[Watched],
+    done: Callable[[Sequence[Mapping[str, Obj]]], T | None],
+) -> T:
+    """Watch several lists at once; return ``done(objects by name, per list)`` once not None.
+
+    ``done`` is first called when every list has been read, then after every event of any
+    of them. Each list is one watch (:meth:`Kube.observe`), so nothing is polled. The caller
+    bounds the wait (for example with :func:`within`).
+    """
+    queue: asyncio.Queue[tuple[int, WatchEvent | BaseException]] = asyncio.Queue()
+
+    async def pump(i: int, w: Watched) -> None:
+        stream = kube.observe(w.res, w.namespace, label_selector=w.label_selector,
+                              field_selector=w.field_selector, timeout_seconds=60)
+        try:
+            async for ev in stream:
+                queue.put_nowait((i, ev))
+        except Exception as exc:  # handed to the waiter, which raises it
+            queue.put_nowait((i, exc))
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    tasks = [asyncio.create_task(pump(i, w)) for i, w in enumerate(watched)]
+    current: list[dict[str, Obj]] = [{} for _ in watched]
+    synced = [False] * len(watched)
+    try:
+        while True:
+            i, item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            if item.type == "SYNC":
+                current[i] = {o["metadata"]["name"]: o for o in item.items}
+                synced[i] = True
+            elif item.type == "DELETED":
+                current[i].pop(item.object["metadata"]["name"], None)
+            else:
+                current[i][item.object["metadata"]["name"]] = item.object
+            if all(synced) and queue.empty():
+                result = done(current)
+                if result is not None:
+                    return result
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

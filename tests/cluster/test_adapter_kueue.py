@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
 from dispatch_kubeflow import (
     Actor,
@@ -23,11 +26,13 @@ from dispatch_kubeflow import (
     Capability,
     CapabilityValue,
     ConflictError,
+    DeadlineExceeded,
     HoldError,
     HoldMeta,
     Image,
     JobID,
     JobSpec,
+    ObjectRef,
     ObjectState,
     ObserveOnlyError,
     OutputStream,
@@ -35,8 +40,9 @@ from dispatch_kubeflow import (
     SpecError,
     StartRequest,
 )
+from dispatch_kubeflow import start as start_mod
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube import resources as r
 from tests.cluster.helpers import IMAGE, delete_cluster_queue, eventually, make_queues
 
@@ -44,6 +50,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 
 SCRIPT = ("env | grep '^DISPATCH_' | sort; echo tutorial-ready; trap 'exit 143' TERM; "
           "while :; do sleep 1; done")
+# Prints to both streams every second, and takes ~3 s to end after SIGTERM, so a hold
+# has a window in which the execution's pods are still there.
+TALKER = ("env | grep '^DISPATCH_' | sort; trap 'sleep 3; exit 143' TERM; i=0; "
+          "while :; do echo out-$i; echo err-$i >&2; i=$((i+1)); sleep 1; done")
 
 
 def settings(kubeconfig: str, namespace: str, **kueue: Any) -> dict[str, Any]:
@@ -60,6 +70,10 @@ def spec(nodes: int = 2, command: str = SCRIPT) -> JobSpec:
     return JobSpec(["/bin/sh", "-c", command], nodes,
                    [Image(IMAGE, "IfNotPresent"), RuntimeRef("ClusterTrainingRuntime",
                                                              "dispatch-kind")])
+
+
+def deadline(seconds: float = 180) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
 
 
 def hold_meta(instance: int = 1, seconds: float = 60) -> HoldMeta:
@@ -251,8 +265,421 @@ async def test_dead_controller_is_observe_only(
         assert await b.find(JobID.new()) == ()  # observing still works
 
 
+# --- RBAC: a service account that may do only part of what the library needs ---------------
+
+SERVICE_ACCOUNT = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+ROLE = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDING = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+CLUSTER_ROLE = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole",
+                        namespaced=False)
+CLUSTER_ROLE_BINDING = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings",
+                                "ClusterRoleBinding", namespaced=False)
+SELF_SUBJECT_REVIEW = Resource("authentication.k8s.io", "v1", "selfsubjectreviews",
+                               "SelfSubjectReview", namespaced=False)
+
+# Everything namespaced the library uses except: create and delete pods, patch workloads.
+PARTIAL_ROLE = [
+    {"apiGroups": [names.TRAINER_GROUP], "resources": ["trainjobs"],
+     "verbs": ["create", "get", "list", "watch", "delete", "patch"]},
+    {"apiGroups": [names.TRAINER_GROUP], "resources": ["trainingruntimes"],
+     "verbs": ["create", "get", "list", "patch", "delete"]},
+    {"apiGroups": [names.JOBSET_GROUP], "resources": ["jobsets"], "verbs": ["list", "delete"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [names.KUEUE_GROUP], "resources": ["workloads"],
+     "verbs": ["get", "list", "watch", "delete"]},
+    {"apiGroups": [names.KUEUE_GROUP], "resources": ["localqueues"], "verbs": ["get"]},
+]
+# Cluster-wide reads; the Lease in dispatch-system is not granted at all.
+PARTIAL_CLUSTER_ROLE = [
+    {"apiGroups": [names.TRAINER_GROUP], "resources": ["clustertrainingruntimes"],
+     "verbs": ["get"]},
+    {"apiGroups": [names.KUEUE_GROUP], "resources": ["clusterqueues", "admissionchecks"],
+     "verbs": ["get"]},
+]
+
+
+def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
+    """A kubeconfig for ``token``: the admin kubeconfig's server and CA, bearer auth."""
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    ctx_name = admin.get("current-context")
+    ctx = next(c["context"] for c in admin["contexts"] if c["name"] == ctx_name)
+    cluster = next(c["cluster"] for c in admin["clusters"] if c["name"] == ctx["cluster"])
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+        "current-context": "sa",
+    }))
+    return str(path)
+
+
 async def test_missing_rbac_is_named(kubeconfig: str, kube: Kube, queued: str,
-                                     admission: Any, tmp_path: Any) -> None:
-    """A service account that may do everything but delete pods: preflight names it."""
-    pytest.skip("needs a kubeconfig for a service account (token); written by the lead's "
-                "helpers when available")
+                                     tmp_path: Path) -> None:
+    """A service account granted part of what the library needs: preflight names the rest."""
+    ns, sa = queued, "partial"
+    cluster_name = f"dispatch-test-{ns}"
+    await kube.create(SERVICE_ACCOUNT, {"metadata": {"name": sa}}, ns)
+    await kube.create(ROLE, {"metadata": {"name": sa}, "rules": PARTIAL_ROLE}, ns)
+    await kube.create(ROLE_BINDING, {
+        "metadata": {"name": sa},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]}, ns)
+    await kube.create(CLUSTER_ROLE, {"metadata": {"name": cluster_name},
+                                     "rules": PARTIAL_CLUSTER_ROLE})
+    try:
+        await kube.create(CLUSTER_ROLE_BINDING, {
+            "metadata": {"name": cluster_name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": cluster_name},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]})
+        issued = await kube.create(
+            SERVICE_ACCOUNT, {"apiVersion": "authentication.k8s.io/v1",
+                              "kind": "TokenRequest", "spec": {"expirationSeconds": 600}},
+            ns, name=sa, subresource="token")
+        path = token_kubeconfig(kubeconfig, issued["status"]["token"], tmp_path / "sa.yaml")
+
+        # Bearer auth goes through the transport: the server knows who is asking.
+        async with await Kube.connect(kubeconfig=path) as as_sa:
+            who = await as_sa.create(SELF_SUBJECT_REVIEW, {})
+            assert who["status"]["userInfo"]["username"] == f"system:serviceaccount:{ns}:{sa}"
+            allowed, why = await as_sa.access_review("list", "trainjobs",
+                                                     group=names.TRAINER_GROUP, namespace=ns)
+            assert allowed, why
+            assert f'RoleBinding "{sa}/{ns}"' in why or "RoleBinding" in why
+
+        async with await Backend.connect(settings(path, ns)) as b:
+            caps = await b.capabilities()
+            assert b.observe_only
+            expected = {
+                Capability.START_GATE: [f"delete pods in {ns}"],
+                Capability.ATTEMPT_INJECTION: [f"create pods in {ns}"],
+                Capability.HOLD: [f"patch workloads.kueue.x-k8s.io in {ns}"],
+                Capability.READMISSION_GATE: [
+                    "get leases.coordination.k8s.io in dispatch-system",
+                    "watch leases.coordination.k8s.io in dispatch-system"],
+            }
+            for cap, missing in expected.items():
+                st = caps[cap]
+                assert st.value is CapabilityValue.NO, (cap, st)
+                assert st.reason.startswith("missing permissions: "), (cap, st)
+                named = st.reason.removeprefix("missing permissions: ").split(", ")
+                assert sorted(named) == sorted(missing), (cap, st.reason)
+            # What the Role grants is not named anywhere.
+            everything = " ".join(st.reason for st in caps.values())
+            assert "trainjobs" not in everything
+            assert "clustertrainingruntimes" not in everything
+
+            job = JobID.new()
+            with pytest.raises(ObserveOnlyError) as err:
+                await b.start(StartRequest(job, 1, 1, spec()))
+            assert len(err.value.reasons) == 4
+            assert any(f"delete pods in {ns}" in reason for reason in err.value.reasons)
+            assert any("watch leases.coordination.k8s.io in dispatch-system" in reason
+                       for reason in err.value.reasons)
+            # Observing still works with the partial grant.
+            assert await b.find(job) == ()
+            report = await b.stop_job(job, "nothing to stop")
+            assert report.stopped == report.alive == report.unproven == ()
+            assert await objects_of(kube, ns, job) == []
+        # The preflight did not probe (no permission), so no probe TrainJob was made.
+        trainjobs, _ = await kube.list(r.TRAINJOB, ns)
+        assert trainjobs == []
+    finally:
+        await kube.delete(CLUSTER_ROLE_BINDING, cluster_name)
+        await kube.delete(CLUSTER_ROLE, cluster_name)
+    assert await kube.get_or_none(CLUSTER_ROLE_BINDING, cluster_name) is None
+    assert await kube.get_or_none(CLUSTER_ROLE, cluster_name) is None
+
+
+
+# --- Start: idempotence, conflicts, interruption ----------------------------------------------
+
+
+async def job_objects(kube: Kube, namespace: str, job: JobID) -> dict[str, list[str]]:
+    """Every object of the job by kind, found by its job-id label or its name."""
+    out: dict[str, list[str]] = {}
+    for res in (r.TRAINJOB, r.TRAINING_RUNTIME, r.WORKLOAD, r.JOBSET, r.JOB, r.POD):
+        items, _ = await kube.list(res, namespace)
+        hits = sorted(i["metadata"]["name"] for i in items
+                      if job.lower() in i["metadata"]["name"]
+                      or (i["metadata"].get("labels") or {}).get(names.JOB_ID_LABEL) == str(job))
+        if hits:
+            out[res.kind] = hits
+    return out
+
+
+async def test_start_is_idempotent_and_refuses_another_spec(
+        backend: Backend, kube: Kube, queued: str) -> None:
+    job = JobID.new()
+    ref = await backend.start(StartRequest(job, 1, 1, spec()))
+    again = await backend.start(StartRequest(job, 1, 1, spec()))
+    assert again == ref
+    assert (await job_objects(kube, queued, job)).get("TrainJob") == [ref.name]
+    before_tj = await kube.get(r.TRAINJOB, ref.name, queued)
+    before_rt = await kube.get(r.TRAINING_RUNTIME, ref.name, queued)
+    for other in (spec(nodes=1), spec(command="echo other"),
+                  dataclasses.replace(spec(), extensions=(Image(IMAGE, "Always"), RuntimeRef(
+                      "ClusterTrainingRuntime", "dispatch-kind")))):
+        with pytest.raises(ConflictError):
+            await backend.start(StartRequest(job, 1, 1, other))
+    with pytest.raises(ConflictError):
+        await backend.start(StartRequest(job, 1, 2, spec()))  # another attempt, same submission
+    after_tj = await kube.get(r.TRAINJOB, ref.name, queued)
+    after_rt = await kube.get(r.TRAINING_RUNTIME, ref.name, queued)
+    # (Controllers update the TrainJob's status meanwhile; what Start writes is unchanged.)
+    assert what_start_writes(after_tj) == what_start_writes(before_tj)
+    assert what_start_writes(after_rt) == what_start_writes(before_rt)
+    assert (await job_objects(kube, queued, job)).get("TrainJob") == [ref.name]
+    assert (await backend.inspect(ref)).state is ObjectState.GATED
+    report = await backend.stop_job(job, "done")
+    assert not report.alive
+    assert not report.unproven
+    assert await job_objects(kube, queued, job) == {}
+
+
+def what_start_writes(obj: dict[str, Any]) -> tuple[Any, ...]:
+    m = obj["metadata"]
+    return (m["uid"], m.get("labels"), m.get("annotations"), m.get("ownerReferences"),
+            obj.get("spec"))
+
+
+async def interrupted_start(backend: Backend, kube: Kube, req: StartRequest, *,
+                            with_trainjob: bool) -> str:
+    """Write what a Start interrupted after its first (or second) write leaves."""
+    req, name, image, _ = start_mod.validate(req)
+    digest = start_mod.spec_hash(req)
+    source = await kube.get(r.CLUSTER_TRAINING_RUNTIME, "dispatch-kind")
+    ns = backend.settings.namespace
+    await kube.create(r.TRAINING_RUNTIME, start_mod.runtime_copy(
+        source, name=name, namespace=ns, labels=start_mod.job_labels(req), digest=digest,
+        image=image), ns)
+    if with_trainjob:  # the TrainJob made, the copy's ownerReference not yet set
+        await kube.create(r.TRAINJOB, start_mod.trainjob_body(
+            req, backend.settings, name=name, image=image, digest=digest), ns)
+    return name
+
+
+async def test_interrupted_start_is_found_and_stopped(
+        backend: Backend, kube: Kube, queued: str) -> None:
+    job = JobID.new()
+    copy_only = await interrupted_start(backend, kube, StartRequest(job, 1, 1, spec()),
+                                        with_trainjob=False)
+    both = await interrupted_start(backend, kube, StartRequest(job, 2, 1, spec()),
+                                   with_trainjob=True)
+    found = {(f.kind, f.name) for f in await backend.find(job)}
+    assert {("TrainingRuntime", copy_only), ("TrainingRuntime", both),
+            ("TrainJob", both)} <= found
+    report = await backend.stop_job(job, "interrupted")
+    stopped = {(s.kind, s.name) for s in report.stopped}
+    assert {("TrainingRuntime", copy_only), ("TrainingRuntime", both),
+            ("TrainJob", both)} <= stopped
+    assert not report.alive
+    assert not report.unproven
+    assert await backend.find(job) == ()
+    assert await job_objects(kube, queued, job) == {}
+
+
+# --- StopJob and find ---------------------------------------------------------------------------
+
+
+async def running_job(b: Backend, command: str = SCRIPT, nodes: int = 2
+                      ) -> tuple[JobID, ObjectRef]:
+    job = JobID.new()
+    ref = await b.start(StartRequest(job, 1, 1, spec(nodes, command)))
+    await b.open(ref)
+    await b.wait(ref, ObjectState.RUNNING, deadline=deadline())
+    return job, ref
+
+
+async def test_stop_job_reports_and_leaves_nothing(
+        backend: Backend, kube: Kube, queued: str) -> None:
+    job, ref = await running_job(backend)
+    await eventually(lambda: _pods_running(kube, queued, ref.name, 2), 120, "2 pods running")
+    assert {"TrainJob", "TrainingRuntime", "Workload", "JobSet", "Job", "Pod"} <= set(
+        await job_objects(kube, queued, job))
+    report = await backend.stop_job(job, "the test is over")
+    assert not report.alive
+    assert not report.unproven
+    assert ("TrainJob", ref.name) in {(s.kind, s.name) for s in report.stopped}
+    assert await job_objects(kube, queued, job) == {}
+    assert await backend.find(job) == ()
+    events, _ = await kube.list(r.EVENT, queued)
+    assert any(e.get("reason") == "StopJob" and e.get("note") == "the test is over"
+               and e["regarding"]["name"] == ref.name for e in events)
+    assert (await backend.inspect(ref)).state is ObjectState.GONE
+
+
+async def _pods_running(kube: Kube, ns: str, name: str, n: int) -> bool:
+    pods, _ = await kube.list(r.POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")
+    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running") >= n
+
+
+async def test_find_returns_orphans_and_stop_job_removes_them(
+        backend: Backend, kube: Kube, queued: str) -> None:
+    job, ref = await running_job(backend)
+    await eventually(lambda: _pods_running(kube, queued, ref.name, 2), 120, "2 pods running")
+    # Someone deletes the TrainJob and orphans everything beneath it.
+    await kube.delete(r.TRAINJOB, ref.name, queued, propagation="Orphan")
+    await eventually(lambda: _gone(kube, r.TRAINJOB, ref.name, queued), 60, "TrainJob gone")
+    found = {f.kind for f in await backend.find(job)}
+    assert {"TrainingRuntime", "Workload", "JobSet", "Job", "Pod"} <= found, found
+    assert "TrainJob" not in found
+    report = await backend.stop_job(job, "orphans")
+    stopped = {s.kind for s in report.stopped}
+    assert {"TrainingRuntime", "Workload", "JobSet", "Job", "Pod"} <= stopped, report
+    assert not report.alive
+    assert not report.unproven
+    assert await backend.find(job) == ()
+    assert await job_objects(kube, queued, job) == {}
+
+
+async def _gone(kube: Kube, res: Resource, name: str, ns: str) -> bool:
+    return await kube.get_or_none(res, name, ns) is None
+
+
+# --- Output --------------------------------------------------------------------------------------
+
+
+async def test_output_follows_without_blocking_and_splits_streams(
+        backend: Backend, kube: Kube, queued: str) -> None:
+    job, _ = await running_job(backend, TALKER, nodes=1)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.02)
+            ticks += 1
+
+    async def open_when_there(stream: OutputStream, follow: bool) -> Any:
+        async def try_open() -> Any:
+            try:
+                return await backend.output(job, 0, stream, follow)
+            except Exception:  # the container may not have started yet
+                return None
+        return await eventually(try_open, 60, f"rank 0's {stream} log")
+
+    tick_task = asyncio.create_task(ticker())
+    try:
+        stream = await open_when_there(OutputStream.STDOUT, True)
+        assert stream.split
+        arrivals: dict[str, float] = {}
+        started = time.monotonic()
+        ticks_at_start = ticks
+        buf = b""
+        async with stream:
+            async for chunk in stream:
+                buf += chunk
+                for line in buf.decode().splitlines():
+                    arrivals.setdefault(line, time.monotonic())
+                outs = [ln for ln in arrivals if ln.startswith("out-")]
+                if len(outs) >= 5 and time.monotonic() - started > 3:
+                    break
+        elapsed = time.monotonic() - started
+    finally:
+        tick_task.cancel()
+    timed = sorted((t, ln) for ln, t in arrivals.items() if ln.startswith("out-"))
+    # Lines came as they were printed (about one a second), not all at the end.
+    assert timed[-1][0] - timed[0][0] >= 2.0, timed
+    # The event loop kept running while the stream was read.
+    assert ticks - ticks_at_start >= elapsed / 0.02 * 0.5, (ticks - ticks_at_start, elapsed)
+    assert not any(ln.startswith("err-") for ln in arrivals)
+
+    async with await open_when_there(OutputStream.STDERR, False) as err:
+        text = (await err.read()).decode()
+    assert "err-0" in text
+    assert "out-" not in text
+    assert "DISPATCH_" not in text
+    async with await open_when_there(OutputStream.STDOUT, False) as out:
+        text = (await out.read()).decode()
+    assert "out-0" in text
+    assert "err-" not in text
+    async with await open_when_there(OutputStream.ALL, False) as both:
+        text = (await both.read()).decode()
+    assert "out-0" in text
+    assert "err-0" in text
+    await backend.stop_job(job, "done")
+
+
+async def test_output_is_of_the_current_execution(
+        backend: Backend, kube: Kube, queued: str) -> None:
+    job, ref = await running_job(backend, TALKER, nodes=1)
+    first = await rank_zero_log(backend, job, "out-0")
+    assert f"DISPATCH_ATTEMPT={job}.1.1.1.0" in first
+    async with await backend.output(job) as s:
+        first_pod = s.pod
+    await backend.hold(ref, hold_meta(1))
+    await backend.wait(ref, ObjectState.HELD, deadline=deadline())
+    await backend.release(ref, hold_meta(1))
+    await backend.wait(ref, ObjectState.RUNNING, deadline=deadline())
+    # The new execution's pod exists from here on: Output reads it, not the old one.
+    second = await rank_zero_log(backend, job, "DISPATCH_EPOCH=")
+    assert f"DISPATCH_ATTEMPT={job}.1.1.2.0" in second
+    assert "DISPATCH_EPOCH=1000002" in second
+    assert ".1.1.1.0" not in second
+    async with await backend.output(job) as s:
+        assert s.pod != first_pod
+    await backend.stop_job(job, "done")
+
+
+# --- Hold and release ----------------------------------------------------------------------------
+
+
+async def test_hold_and_release_rules(backend: Backend, kube: Kube, queued: str) -> None:
+    job, ref = await running_job(backend, TALKER, nodes=2)
+    await eventually(lambda: _pods_running(kube, queued, ref.name, 2), 120, "2 pods running")
+    tj = await kube.get(r.TRAINJOB, ref.name, queued)
+
+    async def workload() -> dict[str, Any]:
+        items, _ = await kube.list(r.WORKLOAD, queued, label_selector=(
+            f"{names.KUEUE_JOB_UID_LABEL}={tj['metadata']['uid']}"))
+        return items[0]
+
+    # A hold whose deadline has passed changes nothing.
+    with pytest.raises(DeadlineExceeded):
+        await backend.hold(ref, hold_meta(1, seconds=-1))
+    wl = await workload()
+    assert wl["spec"]["active"] is True
+    assert not set(names.HOLD_ANNOTATIONS) & set(wl["metadata"].get("annotations") or {})
+    assert (await backend.inspect(ref)).state is ObjectState.RUNNING
+
+    # Held only once no pod of the execution remains; holding while any is there.
+    await backend.hold(ref, hold_meta(1))
+    saw_holding_with_pods = False
+    while True:
+        obs = await backend.inspect(ref)
+        pods, _ = await kube.list(r.POD, queued,
+                                  label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+        if obs.state is ObjectState.HELD:
+            assert pods == [], "Held reported while a pod of the execution is there"
+            assert obs.hold_instance == 1
+            break
+        assert obs.state is ObjectState.HOLDING, obs
+        saw_holding_with_pods |= obs.pods > 0
+        await asyncio.sleep(0.2)
+    assert saw_holding_with_pods
+
+    # Release of another instance: HoldError, and the hold stays.
+    with pytest.raises(HoldError):
+        await backend.release(ref, hold_meta(2))
+    # A release whose deadline has passed changes nothing either.
+    with pytest.raises(DeadlineExceeded):
+        await backend.release(ref, hold_meta(1, seconds=-1))
+    wl = await workload()
+    assert wl["spec"]["active"] is False
+    assert wl["metadata"]["annotations"][names.HOLD_INSTANCE] == "1"
+    obs = await backend.inspect(ref)
+    assert obs.state is ObjectState.HELD
+    assert obs.hold_instance == 1
+
+    await backend.release(ref, hold_meta(1))
+    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline())
+    assert obs.admissions == 2
+    wl = await workload()
+    assert not set(names.HOLD_ANNOTATIONS) & set(wl["metadata"].get("annotations") or {})
+    report = await backend.stop_job(job, "done")
+    assert not report.alive

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,17 +18,28 @@ from dispatch_kubeflow import (
     Capability,
     CapabilitySource,
     CapabilityValue,
+    ConflictError,
+    DeadlineExceeded,
     HoldError,
     HoldMeta,
     JobID,
     ObjectState,
+    OutputStream,
     StartRequest,
 )
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
 from tests.cluster.helpers import eventually
-from tests.cluster.test_adapter_kueue import rank_zero_log, spec
+from tests.cluster.test_adapter_kueue import (
+    TALKER,
+    deadline,
+    interrupted_start,
+    job_objects,
+    rank_zero_log,
+    running_job,
+    spec,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 
@@ -100,3 +112,75 @@ async def test_plain_expired_hold_released_by_inspect(plain: Backend) -> None:
     await eventually(lambda: state_is(plain, ref, ObjectState.RUNNING), 180,
                      "the expired hold released by Inspect")
     await plain.stop_job(job, "done")
+
+
+async def test_plain_start_idempotent_conflict_and_interrupted_stop(
+        plain: Backend, kube: Kube, namespace: str) -> None:
+    job = JobID.new()
+    ref = await plain.start(StartRequest(job, 1, 1, spec()))
+    assert await plain.start(StartRequest(job, 1, 1, spec())) == ref
+    with pytest.raises(ConflictError):
+        await plain.start(StartRequest(job, 1, 1, spec(nodes=1)))
+    assert (await job_objects(kube, namespace, job)).get("TrainJob") == [ref.name]
+    # Submission 2 interrupted after its runtime copy: found and stopped with the rest.
+    copy_only = await interrupted_start(plain, kube, StartRequest(job, 2, 1, spec()),
+                                        with_trainjob=False)
+    assert ("TrainingRuntime", copy_only) in {(f.kind, f.name) for f in await plain.find(job)}
+    report = await plain.stop_job(job, "done")
+    stopped = {(s.kind, s.name) for s in report.stopped}
+    assert {("TrainJob", ref.name), ("TrainingRuntime", ref.name),
+            ("TrainingRuntime", copy_only)} <= stopped
+    assert not report.alive
+    assert not report.unproven
+    assert await job_objects(kube, namespace, job) == {}
+
+
+async def test_plain_hold_rules_output_and_stop(
+        plain: Backend, kube: Kube, namespace: str) -> None:
+    job, ref = await running_job(plain, TALKER, nodes=2)
+    first = await rank_zero_log(plain, job, "out-0")
+    assert f"DISPATCH_ATTEMPT={job}.1.1.1.0" in first
+    async with await plain.output(job, 0, OutputStream.STDERR) as err:
+        text = (await err.read()).decode()
+    assert "err-0" in text
+    assert "out-" not in text
+
+    with pytest.raises(DeadlineExceeded):
+        await plain.hold(ref, HoldMeta(1, Actor(ActorKind.SERVICE, "plain-test"),
+                                       CallMeta(datetime.now(UTC) - timedelta(seconds=1))))
+    tj = await kube.get(r.TRAINJOB, ref.name, namespace)
+    assert tj["spec"]["suspend"] is False
+    assert not set(names.HOLD_ANNOTATIONS) & set(tj["metadata"]["annotations"])
+
+    await plain.hold(ref, hold(1))
+    saw_holding_with_pods = False
+    while True:
+        obs = await plain.inspect(ref)
+        pods, _ = await kube.list(r.POD, namespace,
+                                  label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+        if obs.state is ObjectState.HELD:
+            assert pods == [], "Held reported while a pod of the execution is there"
+            break
+        assert obs.state is ObjectState.HOLDING, obs
+        saw_holding_with_pods |= obs.pods > 0
+        await asyncio.sleep(0.2)
+    assert saw_holding_with_pods
+
+    with pytest.raises(HoldError):
+        await plain.release(ref, hold(2))
+    tj = await kube.get(r.TRAINJOB, ref.name, namespace)
+    assert tj["metadata"]["annotations"][names.HOLD_INSTANCE] == "1"
+    assert tj["spec"]["suspend"] is True
+    assert (await plain.inspect(ref)).state is ObjectState.HELD
+
+    await plain.release(ref, hold(1))
+    await plain.wait(ref, ObjectState.RUNNING, deadline=deadline())
+    second = await rank_zero_log(plain, job, "DISPATCH_EPOCH=")
+    assert f"DISPATCH_ATTEMPT={job}.1.1.2.0" in second
+    assert ".1.1.1.0" not in second
+
+    report = await plain.stop_job(job, "done")
+    assert ("TrainJob", ref.name) in {(s.kind, s.name) for s in report.stopped}
+    assert not report.alive
+    assert not report.unproven
+    assert await job_objects(kube, namespace, job) == {}

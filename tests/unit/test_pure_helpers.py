@@ -156,3 +156,26 @@ def test_current_pod(pods: list[dict[str, Any]], a_by_sub: dict[int, int], want:
     got = current_pod(pods, a_by_sub)
     assert got is not None
     assert got["metadata"]["name"] == want
+
+
+def test_orphaned_workload_belongs_to_its_job() -> None:
+    from dispatch_kubeflow.kube.resources import WORKLOAD
+    from dispatch_kubeflow.stop import _belongs, trainjob_name_pattern
+
+    job, other = JobID.new(), JobID.new()
+    orphan = {"metadata": {"name": "trainjob-x", "labels": {names.KUEUE_JOB_UID_LABEL: "gone"}},
+              "spec": {"podSets": [{"name": "node", "template": {"metadata": {"labels": {
+                  names.JOB_ID_LABEL: str(job)}}}}]}}
+    assert _belongs(WORKLOAD, orphan, job, set(), trainjob_name_pattern(job))
+    assert not _belongs(WORKLOAD, orphan, other, set(), trainjob_name_pattern(other))
+
+
+def test_newest_workload_prefers_live() -> None:
+    from dispatch_kubeflow.backend import newest_workload
+
+    old = {"metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}}
+    going = {"metadata": {"name": "b", "creationTimestamp": "2026-01-02T00:00:00Z",
+                          "deletionTimestamp": "2026-01-03T00:00:00Z"}}
+    assert newest_workload([old, going]) is old
+    assert newest_workload([going]) is going
+    assert newest_workload([]) is None
