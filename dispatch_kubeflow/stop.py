@@ -189,10 +189,13 @@ async def stop_job(kube: Kube, namespace: str, job: JobID, reason: str, *, kueue
     until = loop.time() + limit.total_seconds()
     seen: dict[str, Found] = {}
     first = await find(kube, namespace, job, kueue=kueue)
+    # Everything there at the start is reported, whoever removes it (we or the garbage
+    # collector): the report does not depend on which of the two got there first.
+    for f in first.found:
+        seen[f.uid] = f
     trainjobs = [f for f in first.found if f.res is TRAINJOB]
     await asyncio.gather(*(record_reason(kube, f.obj, reason) for f in trainjobs))
     for f in trainjobs:
-        seen[f.uid] = f
         await _delete(kube, f)
     findings = first
     while True:
