@@ -16,9 +16,10 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 ## demo: build and start the local cluster and the admission controller, run the tutorial,
-## stop what it started.
+## stop what it started (a cluster or controller that was already running stays running).
 demo: venv
-	deploy/local/demo.sh $(CLUSTER) $(KUBECONFIG_LOCAL)
+	PYTHON=$(abspath $(PY)) ADMISSION_PYTHON=$(abspath $(PY)) \
+	  deploy/local/demo.sh $(CLUSTER) $(KUBECONFIG_LOCAL)
 
 ## test: lint, unit tests, then every cluster test against the local cluster (started and
 ## stopped here) or the cluster named by $$KUBECONFIG.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The README's main command: demo.sh NAME KUBECONFIG
+# The README's main command (`make demo`): demo.sh NAME KUBECONFIG
 # Builds and starts the local cluster and the admission controller, runs the seed's
-# tutorial (examples/tutorial.py) against them, and stops what it started.
+# tutorial (examples/tutorial.py) against them, and stops what it started — only that:
+# a cluster or an admission controller that was already running is left running.
+# The exit status is the tutorial's.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -12,13 +14,37 @@ name=$1 kubeconfig=$2
 py=${PYTHON:-$repo/.venv/bin/python}
 cluster_dirs "$name"
 
+# The same test as up.sh's: the cluster counts as running only when its apiserver answers.
+cluster_up() {
+  [ -f "$STATE/ready" ] && [ -f "$STATE/admin.kubeconfig" ] && proc_alive kube-apiserver \
+    && admin_curl /readyz >/dev/null
+}
+
 started_cluster=0
-if [ ! -f "$STATE/ready" ]; then started_cluster=1; fi
+started_admission=0
 cleanup() {
-  "$here/admission.sh" stop "$kubeconfig" || true
-  if [ $started_cluster = 1 ]; then "$here/down.sh" "$name"; fi
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ $started_admission = 1 ]; then "$here/admission.sh" stop || true; fi
+  if [ $started_cluster = 1 ]; then "$here/down.sh" "$name" || true; fi
+  exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if cluster_up; then
+  log "cluster $name is already running: it is left running afterwards"
+else
+  started_cluster=1
+fi
 "$here/up.sh" "$name" "$kubeconfig"
-"$here/admission.sh" start "$kubeconfig"
+
+if "$here/admission.sh" status >/dev/null 2>&1; then
+  log "the admission controller is already running: it is left running afterwards"
+else
+  started_admission=1
+  "$here/admission.sh" start "$kubeconfig"
+fi
+
 KUBECONFIG=$kubeconfig "$py" "$repo/examples/tutorial.py"

@@ -1,0 +1,42 @@
+import asyncio
+import os
+
+import dispatch_kubeflow as dk
+
+SETTINGS = {
+    "cluster": {"kubeconfig": os.environ.get("KUBECONFIG", "/tmp/dk.kubeconfig")},
+    "namespace": "tutorial",
+    "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+    "kueue": {"localQueue": "lq", "priorityClass": "low"},
+}
+RUN_ON = [dk.Image("localhost/dispatch-busybox:kind"),
+          dk.RuntimeRef("ClusterTrainingRuntime", "dispatch-kind")]
+
+
+async def run_job(backend: dk.Backend, command: str) -> str:
+    """Run a two-node job to its end and return rank 0's log. Never blocks the event loop."""
+    job = dk.JobID.new()
+    spec = dk.JobSpec(["/bin/sh", "-c", command], nodes=2, extensions=RUN_ON)
+    ref = await backend.start(dk.StartRequest(job, submission=1, attempt=1, spec=spec))
+    try:
+        await backend.open(ref)  # start() left it closed behind dispatch's gate
+        while True:
+            obs = await backend.inspect(ref)
+            if obs.state in (dk.ObjectState.SUCCEEDED, dk.ObjectState.FAILED):
+                break
+            await asyncio.sleep(1)
+        async with await backend.output(job, rank=0) as log:
+            return f"{obs.state}: {(await log.read()).decode()}"
+    finally:
+        await backend.stop_job(job, "done")
+
+
+async def main() -> None:
+    config = dk.AdapterConfig(backend="kubeflow", settings=SETTINGS)
+    async with await dk.open_backend(config) as backend:  # runs the preflight first
+        jobs = (run_job(backend, f"echo job {n} is $DISPATCH_ATTEMPT") for n in range(2))
+        for line in await asyncio.gather(*jobs):
+            print(line, end="")
+
+
+asyncio.run(main())
