@@ -29,7 +29,7 @@ test: venv lint
 	$(PY) -m pytest -m 'not machine' tests/cluster
 
 lint: venv
-	$(VENV)/bin/ruff check dispatch_kubeflow admission tests bench examples
+	$(VENV)/bin/ruff check dispatch_kubeflow admission tests bench examples docs
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	shellcheck -x deploy/local/*.sh deploy/kind/*.sh .ci/run
@@ -44,10 +44,14 @@ cluster-down:
 	deploy/local/down.sh $(CLUSTER)
 
 docs: venv
+	$(PY) docs/gen_config_reference.py --check
 	$(VENV)/bin/mkdocs build --strict
 
+## bench: the local cluster's numbers (its own cluster), then the adapter's against
+## $$KUBECONFIG (a running cluster with the admission controller).
 bench: venv
 	$(PY) bench/cluster.py
+	$(PY) bench/adapter.py
 
 clean:
 	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache
