@@ -66,7 +66,7 @@ from dispatch_kubeflow.model import (
 )
 from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.state import condition, meta, parse_time
-from dispatch_kubeflow.waits import wait_for
+from dispatch_kubeflow.waits import cancel_all, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -391,11 +391,7 @@ async def probe(kube: Kube, settings: Settings, caps: Caps, *, try_injection: bo
                     kube, settings, job, name)
             await asyncio.sleep(seconds)
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, errors.KubeError):
-                    await t
+            await cancel_all(tasks)
         caps[Capability.START_GATE] = _judge_probe(settings, name, seen, seconds)
     finally:
         with contextlib.suppress(errors.KubeError):

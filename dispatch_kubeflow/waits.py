@@ -94,6 +94,13 @@ class Watched:
     field_selector: str | None = None
 
 
+async def cancel_all(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel background tasks and wait until they have ended, whatever they raised."""
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def wait_for_all(
     kube: Kube,
     watched: Sequence[Watched],
@@ -138,6 +145,4 @@ async def wait_for_all(
                 if result is not None:
                     return result
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)

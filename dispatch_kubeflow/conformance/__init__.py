@@ -39,7 +39,6 @@ failure (the checks not run are listed as ``SKIP``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import time
 import uuid
@@ -72,6 +71,7 @@ from dispatch_kubeflow.model import (
 )
 from dispatch_kubeflow.registry import AdapterConfig, open_backend
 from dispatch_kubeflow.state import is_true, meta
+from dispatch_kubeflow.waits import cancel_all
 
 __all__ = ["CHECKS", "CheckResult", "Options", "Summary", "run"]
 
@@ -543,11 +543,7 @@ class Suite:
                 raise CheckFailed(f"pods {watch.old_left} of the previous execution were "
                                   "still there 180s after the release") from None
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, errors.KubeError):
-                    await t
+            await cancel_all(tasks)
         overlap = watch.overlap()
         if overlap:
             raise CheckFailed(f"the Workload was let in (check Ready, resourceVersion "
