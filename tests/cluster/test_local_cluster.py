@@ -4,8 +4,12 @@ containers really run, and the garbage collector cleans up."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +30,7 @@ from tests.cluster.helpers import (
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="session")]
 
 GATE = "dispatch.phpboyscout.uk/gate"
+REPO = Path(__file__).resolve().parents[2]
 
 
 async def test_two_node_trainjob_is_admitted_runs_and_completes(kube: Kube, namespace: str) -> None:
@@ -232,3 +237,38 @@ async def test_failed_container_makes_jobset_restart(kube: Kube, namespace: str)
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.skipif(bool(os.environ.get("KUBECONFIG")), reason="pauses a node of the local cluster")
+async def test_a_paused_worker_goes_not_ready_and_comes_back(kube: Kube) -> None:
+    cluster = os.environ.get("DISPATCH_TEST_CLUSTER", "dk")
+    node = f"{cluster}-worker2"
+    script = str(REPO / "deploy/local/node.sh")
+
+    def node_sh(action: str) -> str:
+        done = subprocess.run([script, action, cluster, node], check=True,
+                              capture_output=True, text=True)
+        return done.stdout.strip()
+
+    async def ready_status() -> str:
+        c = condition(await kube.get(r.NODE, node), "Ready")
+        return str((c or {}).get("status"))
+
+    assert await ready_status() == "True"
+    await asyncio.to_thread(node_sh, "pause")
+    try:
+        assert await asyncio.to_thread(node_sh, "status") == "paused"
+
+        async def lost() -> bool:
+            return await ready_status() == "Unknown"
+
+        # node-monitor-grace-period is 20 s on the local cluster.
+        await eventually(lost, 60, f"{node} NotReady (Unknown) while paused")
+    finally:
+        await asyncio.to_thread(node_sh, "resume")
+    assert await asyncio.to_thread(node_sh, "status") == "running"
+
+    async def back() -> bool:
+        return await ready_status() == "True"
+
+    await eventually(back, 60, f"{node} Ready again after resume")
