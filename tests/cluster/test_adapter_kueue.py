@@ -34,6 +34,7 @@ from dispatch_kubeflow import (
     JobSpec,
     ObjectRef,
     ObjectState,
+    Observation,
     ObserveOnlyError,
     OutputStream,
     RuntimeRef,
@@ -99,6 +100,23 @@ async def backend(kubeconfig: str, queued: str, admission: Any, kube: Kube
     await admission.wait_leader(kube)
     async with await Backend.connect(settings(kubeconfig, queued)) as b:
         yield b
+
+
+async def held_only_once_pods_are_gone(backend: Backend, kube: Kube,
+                                       ref: ObjectRef) -> Observation:
+    """Inspect until HELD, asserting HOLDING (with pods seen) before and no pod at HELD."""
+    saw_holding_with_pods = False
+    while True:
+        obs = await backend.inspect(ref)
+        pods, _ = await kube.list(r.POD, ref.namespace,
+                                  label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+        if obs.state is ObjectState.HELD:
+            assert pods == [], "Held reported while a pod of the execution is there"
+            assert saw_holding_with_pods
+            return obs
+        assert obs.state is ObjectState.HOLDING, obs
+        saw_holding_with_pods |= obs.pods > 0
+        await asyncio.sleep(0.2)
 
 
 async def objects_of(kube: Kube, namespace: str, job: JobID) -> list[str]:
@@ -649,19 +667,8 @@ async def test_hold_and_release_rules(backend: Backend, kube: Kube, queued: str)
 
     # Held only once no pod of the execution remains; holding while any is there.
     await backend.hold(ref, hold_meta(1))
-    saw_holding_with_pods = False
-    while True:
-        obs = await backend.inspect(ref)
-        pods, _ = await kube.list(r.POD, queued,
-                                  label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
-        if obs.state is ObjectState.HELD:
-            assert pods == [], "Held reported while a pod of the execution is there"
-            assert obs.hold_instance == 1
-            break
-        assert obs.state is ObjectState.HOLDING, obs
-        saw_holding_with_pods |= obs.pods > 0
-        await asyncio.sleep(0.2)
-    assert saw_holding_with_pods
+    obs = await held_only_once_pods_are_gone(backend, kube, ref)
+    assert obs.hold_instance == 1
 
     # Release of another instance: HoldError, and the hold stays.
     with pytest.raises(HoldError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,6 +33,7 @@ from tests.cluster.helpers import eventually
 from tests.cluster.test_adapter_kueue import (
     TALKER,
     deadline,
+    held_only_once_pods_are_gone,
     interrupted_start,
     job_objects,
     rank_zero_log,
@@ -153,18 +153,7 @@ async def test_plain_hold_rules_output_and_stop(
     assert not set(names.HOLD_ANNOTATIONS) & set(tj["metadata"]["annotations"])
 
     await plain.hold(ref, hold(1))
-    saw_holding_with_pods = False
-    while True:
-        obs = await plain.inspect(ref)
-        pods, _ = await kube.list(r.POD, namespace,
-                                  label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
-        if obs.state is ObjectState.HELD:
-            assert pods == [], "Held reported while a pod of the execution is there"
-            break
-        assert obs.state is ObjectState.HOLDING, obs
-        saw_holding_with_pods |= obs.pods > 0
-        await asyncio.sleep(0.2)
-    assert saw_holding_with_pods
+    await held_only_once_pods_are_gone(plain, kube, ref)
 
     with pytest.raises(HoldError):
         await plain.release(ref, hold(2))
