@@ -79,10 +79,11 @@ t0=$SECONDS
 "$here/deps.sh"
 "$here/build.sh"
 
-for p in "$ETCD_PORT" "$APISERVER_PORT" "$KCM_PORT" "$SCHED_PORT" "$JOBSET_WEBHOOK_PORT" \
-         "$KUEUE_WEBHOOK_PORT" "$TRAINER_WEBHOOK_PORT" "$JOBSET_HEALTH_PORT" "$KUEUE_HEALTH_PORT" \
-         "$TRAINER_HEALTH_PORT" "$TRAINER_STATUS_PORT"; do
-  port_free "$p" || die "port 127.0.0.1:$p is in use: stop what holds it, or set the port's variable (see deploy/local/lib.sh)"
+for v in ETCD_PORT APISERVER_PORT KCM_PORT SCHED_PORT JOBSET_WEBHOOK_PORT KUEUE_WEBHOOK_PORT \
+         TRAINER_WEBHOOK_PORT JOBSET_HEALTH_PORT KUEUE_HEALTH_PORT TRAINER_HEALTH_PORT \
+         TRAINER_STATUS_PORT; do
+  comp=${v%_PORT}; comp=${comp,,}; comp=${comp//_/ }
+  port_free "${!v}" || die "$comp: port 127.0.0.1:${!v} is in use: stop what holds it, or set $v to another port"
 done
 for i in "${!NODES[@]}"; do
   br=$(bridge_name "$CLUSTER_NAME" "$i")
