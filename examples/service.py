@@ -20,11 +20,8 @@ async def run_job(backend: dk.Backend, command: str) -> str:
     ref = await backend.start(dk.StartRequest(job, submission=1, attempt=1, spec=spec))
     try:
         await backend.open(ref)  # start() left it closed behind dispatch's gate
-        while True:
-            obs = await backend.inspect(ref)
-            if obs.state in (dk.ObjectState.SUCCEEDED, dk.ObjectState.FAILED):
-                break
-            await asyncio.sleep(1)
+        # A watch, not a poll: returns as soon as the server reports the end.
+        obs = await backend.wait(ref, dk.ObjectState.SUCCEEDED, dk.ObjectState.FAILED)
         async with await backend.output(job, rank=0) as log:
             return f"{obs.state}: {(await log.read()).decode()}"
     finally:
