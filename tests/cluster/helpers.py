@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
+
+import yaml
 
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
@@ -96,3 +99,19 @@ async def pods_of(kube: Kube, namespace: str, trainjob_name: str) -> list[Obj]:
 async def pod_log(kube: Kube, namespace: str, pod: str, container: str | None = None) -> str:
     chunks = [c async for c in kube.pod_log(pod, namespace, container=container)]
     return b"".join(chunks).decode()
+
+
+def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
+    """A kubeconfig for ``token``: the admin kubeconfig's server and CA, bearer auth."""
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    ctx_name = admin.get("current-context")
+    ctx = next(c["context"] for c in admin["contexts"] if c["name"] == ctx_name)
+    cluster = next(c["cluster"] for c in admin["clusters"] if c["name"] == ctx["cluster"])
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+        "current-context": "sa",
+    }))
+    return str(path)

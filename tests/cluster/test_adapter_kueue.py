@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
 
 from dispatch_kubeflow import (
     Actor,
@@ -45,7 +44,13 @@ from dispatch_kubeflow import start as start_mod
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube import resources as r
-from tests.cluster.helpers import IMAGE, delete_cluster_queue, eventually, make_queues
+from tests.cluster.helpers import (
+    IMAGE,
+    delete_cluster_queue,
+    eventually,
+    make_queues,
+    token_kubeconfig,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 
@@ -317,22 +322,6 @@ PARTIAL_CLUSTER_ROLE = [
     {"apiGroups": [names.KUEUE_GROUP], "resources": ["clusterqueues", "admissionchecks"],
      "verbs": ["get"]},
 ]
-
-
-def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
-    """A kubeconfig for ``token``: the admin kubeconfig's server and CA, bearer auth."""
-    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    ctx_name = admin.get("current-context")
-    ctx = next(c["context"] for c in admin["contexts"] if c["name"] == ctx_name)
-    cluster = next(c["cluster"] for c in admin["clusters"] if c["name"] == ctx["cluster"])
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-        "current-context": "sa",
-    }))
-    return str(path)
 
 
 async def test_missing_rbac_is_named(kubeconfig: str, kube: Kube, queued: str,
