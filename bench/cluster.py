@@ -42,8 +42,8 @@ def cold_builds() -> None:
     for line in f.read_text().splitlines():
         name, secs, _ = line.split("\t")
         latest[name] = int(secs)
-    for name, secs in latest.items():
-        print(f"  {name:<26}{secs:>6}")
+    for name, seconds in latest.items():
+        print(f"  {name:<26}{seconds:>6}")
     print(f"  {'total':<26}{sum(latest.values()):>6}")
 
 

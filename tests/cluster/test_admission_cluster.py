@@ -354,8 +354,9 @@ async def test_kopf_style_writes_are_absent(kube: Kube, ns: str,
     await eventually(lambda: _terminating(kube, ns, tj), 60, "old pods terminating")
     await set_active(kube, ns, wl, True)
     await eventually(lambda: _ready_again(kube, ns, tj), 90, "the check Ready again")
-    wl = await workload(kube, ns, tj)
-    assert wl is not None
+    again = await workload(kube, ns, tj)
+    assert again is not None
+    wl = again
     tjo = await kube.get(r.TRAINJOB, tj, ns)
     pods = await wait_running_pods(kube, ns, tj, 1, "ready")
     for obj in (wl, tjo, *pods):

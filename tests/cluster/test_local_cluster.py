@@ -16,6 +16,7 @@ import pytest
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
 from tests.cluster.helpers import (
+    Obj,
     condition,
     delete_cluster_queue,
     eventually,
@@ -43,7 +44,7 @@ async def test_two_node_trainjob_is_admitted_runs_and_completes(kube: Kube, name
                               30, "Kueue's Workload for the TrainJob")
         assert [ps["name"] for ps in wl["spec"]["podSets"]] == ["node"]
 
-        async def admitted() -> dict | None:
+        async def admitted() -> Obj | None:
             w = await workload_of(kube, namespace, tj["metadata"]["uid"])
             return w if is_true(w, "Admitted") else None
 
@@ -51,7 +52,7 @@ async def test_two_node_trainjob_is_admitted_runs_and_completes(kube: Kube, name
         await eventually(lambda: kube.get_or_none(r.JOBSET, "two", namespace), 60,
                          "Trainer's JobSet")
 
-        async def two_succeeded() -> list | None:
+        async def two_succeeded() -> list[Obj] | None:
             pods = await pods_of(kube, namespace, "two")
             done = [p for p in pods if p["status"].get("phase") == "Succeeded"]
             return pods if len(done) == 2 else None
@@ -63,7 +64,7 @@ async def test_two_node_trainjob_is_admitted_runs_and_completes(kube: Kube, name
         logs = sorted([await pod_log(kube, namespace, p["metadata"]["name"]) for p in pods])
         assert logs == ["rank-0 says hello\n", "rank-1 says hello\n"]
 
-        async def complete() -> dict | None:
+        async def complete() -> Obj | None:
             t = await kube.get(r.TRAINJOB, "two", namespace)
             return t if is_true(t, "Complete") else None
 
@@ -80,7 +81,7 @@ async def test_gated_trainjob_waits_until_the_gate_is_removed(kube: Kube, namesp
             "gated", "echo opened", annotations={"kueue.x-k8s.io/admission-gated-by": GATE}),
             namespace)
 
-        async def gated() -> dict | None:
+        async def gated() -> Obj | None:
             w = await workload_of(kube, namespace, tj["metadata"]["uid"])
             c = condition(w, "QuotaReserved")
             return c if c and c["status"] == "False" and c["reason"] == "AdmissionGated" else None
@@ -99,7 +100,7 @@ async def test_gated_trainjob_waits_until_the_gate_is_removed(kube: Kube, namesp
             {"op": "remove", "path": "/metadata/annotations/kueue.x-k8s.io~1admission-gated-by"},
         ], namespace, kind="json")
 
-        async def succeeded() -> list | None:
+        async def succeeded() -> list[Obj] | None:
             pods = await pods_of(kube, namespace, "gated")
             ok = [p for p in pods if p["status"].get("phase") == "Succeeded"]
             return ok if len(ok) == 2 else None
@@ -119,7 +120,7 @@ async def test_background_deletion_collects_the_jobset_jobs_and_pods(
             "slow", "trap 'echo got TERM; sleep 6; exit 143' TERM; echo ready; "
                     "while :; do sleep 1; done"), namespace)
 
-        async def running() -> list | None:
+        async def running() -> list[Obj] | None:
             pods = await pods_of(kube, namespace, "slow")
             up = [p for p in pods if p["status"].get("phase") == "Running"]
             return up if len(up) == 2 else None
@@ -136,7 +137,7 @@ async def test_background_deletion_collects_the_jobset_jobs_and_pods(
         await kube.delete(r.TRAINJOB, "slow", namespace, propagation="Background")
         assert await kube.get_or_none(r.TRAINJOB, "slow", namespace) is None
 
-        async def terminating() -> list | None:
+        async def terminating() -> list[Obj] | None:
             pods = await pods_of(kube, namespace, "slow")
             t = [p for p in pods if p["metadata"].get("deletionTimestamp")]
             return t if len(t) == 2 else None
@@ -174,7 +175,7 @@ async def test_admission_check_holds_a_reserved_workload_until_ready(
         tj = await kube.create(r.TRAINJOB, trainjob("checked", "echo checked"), namespace)
         uid = tj["metadata"]["uid"]
 
-        async def pending_with_quota() -> dict | None:
+        async def pending_with_quota() -> Obj | None:
             w = await workload_of(kube, namespace, uid)
             checks = (w or {}).get("status", {}).get("admissionChecks", [])
             states = {c["name"]: c["state"] for c in checks}
@@ -185,6 +186,7 @@ async def test_admission_check_holds_a_reserved_workload_until_ready(
         until = time.monotonic() + 4
         while time.monotonic() < until:
             w = await workload_of(kube, namespace, uid)
+            assert w is not None
             if any(c["state"] == "Ready" for c in w["status"].get("admissionChecks", [])):
                 pytest.skip("a dispatch admission controller is running and approved the check")
             assert not is_true(w, "Admitted")
@@ -197,13 +199,13 @@ async def test_admission_check_holds_a_reserved_workload_until_ready(
         }, namespace, subresource="status", kind="apply", field_manager="dispatch-local-test",
             force=True)
 
-        async def admitted() -> dict | None:
+        async def admitted() -> Obj | None:
             w = await workload_of(kube, namespace, uid)
             return w if is_true(w, "Admitted") else None
 
         await eventually(admitted, 30, "the Workload admitted once the check is Ready")
 
-        async def ran() -> list | None:
+        async def ran() -> list[Obj] | None:
             pods = await pods_of(kube, namespace, "checked")
             ok = [p for p in pods if p["status"].get("phase") == "Succeeded"]
             return ok if len(ok) == 2 else None
@@ -220,7 +222,7 @@ async def test_failed_container_makes_jobset_restart(kube: Kube, namespace: str)
         await kube.create(r.TRAINJOB, trainjob("fails", "echo failing; exit 3", nodes=1),
                           namespace)
 
-        async def restarted() -> list | None:
+        async def restarted() -> list[Obj] | None:
             pods = await pods_of(kube, namespace, "fails")
             again = [p for p in pods
                      if p["metadata"]["labels"].get("jobset.sigs.k8s.io/restart-attempt") == "1"]

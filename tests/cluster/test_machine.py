@@ -17,7 +17,7 @@ import pytest
 
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
-from tests.cluster.helpers import eventually, make_queues, pod_log, pods_of, trainjob
+from tests.cluster.helpers import Obj, eventually, make_queues, pod_log, pods_of, trainjob
 
 pytestmark = [pytest.mark.machine, pytest.mark.cluster]
 
@@ -68,7 +68,7 @@ async def run_one_job(kubeconfig: str) -> None:
         await make_queues(kube, ns)
         await kube.create(r.TRAINJOB, trainjob("m", "echo machine-ok"), ns)
 
-        async def done() -> list | None:
+        async def done() -> list[Obj] | None:
             pods = await pods_of(kube, ns, "m")
             ok = [p for p in pods if p["status"].get("phase") == "Succeeded"]
             return ok if len(ok) == 2 else None

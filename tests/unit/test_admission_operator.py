@@ -40,10 +40,10 @@ def test_storages_write_nothing_into_a_patch() -> None:
     progress.store(key="h", record={"started": "now"}, body=body, patch=patch)
     progress.purge(key="h", body=body, patch=patch)
     progress.touch(body=body, patch=patch, value="x")
-    assert progress.fetch(key="h", body=body) is None
+    assert progress.fetch(key="h", body=body) is None  # type: ignore[func-returns-value]
     diffbase = operator.NoDiffBaseStorage()
     diffbase.store(body=body, patch=patch, essence={"spec": {}})
-    assert diffbase.fetch(body=body) is None
+    assert diffbase.fetch(body=body) is None  # type: ignore[func-returns-value]
     assert not patch
 
 
