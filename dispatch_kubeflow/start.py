@@ -20,10 +20,12 @@ ConflictError. In Kueue mode Start returns once Kueue made the Workload
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -55,6 +57,7 @@ _RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 TRAINJOB_API_VERSION = f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}"
+log = logging.getLogger(__name__)
 
 
 # --- validation (pure) ------------------------------------------------------------------------
@@ -191,6 +194,29 @@ def owner_reference(trainjob: Mapping[str, Any]) -> dict[str, Any]:
 # --- the writes --------------------------------------------------------------------------------
 
 
+# Trainer's TrainJob webhook looks the runtime up in its informer cache, which may not have
+# seen a copy created a moment ago: it then denies with "runtime '<name>' not found".
+_RUNTIME_LAG_RETRIES = 8
+
+
+async def create_trainjob(kube: Kube, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Create a TrainJob, waiting out Trainer's cache lag for a runtime just created."""
+    delay = 0.1
+    for attempt in range(_RUNTIME_LAG_RETRIES + 1):
+        try:
+            created: dict[str, Any] = await kube.create(
+                TRAINJOB, body, ns, field_manager=names.ADAPTER_FIELD_MANAGER)
+            return created
+        except errors.KubeForbidden as exc:
+            lagging = "runtime" in str(exc) and "not found" in str(exc)
+            if not lagging or attempt == _RUNTIME_LAG_RETRIES:
+                raise
+            log.debug("Trainer has not seen the runtime copy yet; retrying in %.1fs", delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+    raise AssertionError("unreachable")
+
+
 async def start(kube: Kube, settings: Settings, req: StartRequest) -> ObjectRef:
     """Start ``req`` closed; see the module docstring."""
     req, name, image, runtime = validate(req)
@@ -207,9 +233,8 @@ async def start(kube: Kube, settings: Settings, req: StartRequest) -> ObjectRef:
     rt = await _ensure_copy(kube, ns, name, wanted_copy, digest)
     if existing is None:
         try:
-            existing = await kube.create(
-                TRAINJOB, trainjob_body(req, settings, name=name, image=image, digest=digest), ns,
-                field_manager=names.ADAPTER_FIELD_MANAGER)
+            existing = await create_trainjob(
+                kube, ns, trainjob_body(req, settings, name=name, image=image, digest=digest))
         except errors.KubeConflict:
             existing = await kube.get(TRAINJOB, name, ns)
             _same_or_conflict(existing, digest, f"TrainJob {ns}/{name}")

@@ -219,7 +219,7 @@ async def test_foreign_gate_stays(backend: Backend, kube: Kube, queued: str) -> 
     body = start_mod.trainjob_body(req, backend.settings, name=name, image=image, digest=digest)
     body["metadata"]["annotations"][names.ADMISSION_GATED_BY] = \
         f"{names.GATE},example.com/theirs"
-    await kube.create(r.TRAINJOB, body, queued)
+    await start_mod.create_trainjob(kube, queued, body)
     ref = await backend.start(req)  # the same request: adopts both, waits for the Workload
     before = await backend.inspect(ref)
     assert before.state is ObjectState.GATED
@@ -465,8 +465,8 @@ async def interrupted_start(backend: Backend, kube: Kube, req: StartRequest, *,
         source, name=name, namespace=ns, labels=start_mod.job_labels(req), digest=digest,
         image=image), ns)
     if with_trainjob:  # the TrainJob made, the copy's ownerReference not yet set
-        await kube.create(r.TRAINJOB, start_mod.trainjob_body(
-            req, backend.settings, name=name, image=image, digest=digest), ns)
+        await start_mod.create_trainjob(kube, ns, start_mod.trainjob_body(
+            req, backend.settings, name=name, image=image, digest=digest))
     return name
 
 

@@ -21,6 +21,7 @@ from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
+from dispatch_kubeflow.start import create_trainjob
 from tests.cluster.admission_fixture import AdmissionHandle, dump_logs
 from tests.cluster.helpers import (
     IMAGE,
@@ -77,13 +78,14 @@ async def dispatch_job(kube: Kube, ns: str, command: str, *, nodes: int = 2,
                                                             "memory": "32Mi"}}}]}}}}}]}},
     }}
     await kube.create(r.TRAINING_RUNTIME, runtime, ns)
-    await kube.create(r.TRAINJOB, {
+    # Trainer may not have seen the runtime yet: create_trainjob waits that out.
+    await create_trainjob(kube, ns, {
         "metadata": {"name": name, "labels": {**labels, names.QUEUE_NAME_LABEL: "lq"}},
         "spec": {"runtimeRef": {"apiGroup": names.TRAINER_GROUP,
                                 "kind": names.KIND_TRAINING_RUNTIME, "name": name},
                  "suspend": True,
                  "trainer": {"numNodes": nodes, "command": ["/bin/sh", "-c", command]}},
-    }, ns)
+    })
     return job_id, name
 
 
