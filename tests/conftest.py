@@ -25,8 +25,7 @@ LOCAL_CLUSTER = os.environ.get("DISPATCH_TEST_CLUSTER", "dk")
 LOCAL_KUBECONFIG = Path(os.environ.get("DISPATCH_TEST_KUBECONFIG",
                                        f"/tmp/{LOCAL_CLUSTER}.kubeconfig"))
 
-pytest_plugins = ["tests.cluster.admission_fixture"] if (
-    REPO / "tests" / "cluster" / "admission_fixture.py").exists() else []
+pytest_plugins = ["tests.cluster.admission_fixture"]
 
 
 def _local_cluster_up() -> bool:
