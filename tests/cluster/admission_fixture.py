@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -177,14 +178,21 @@ async def admission_base(kube: Kube) -> AsyncIterator[None]:
         await kube.delete(res, name)
 
 
+LOCK = Path(os.environ.get("DISPATCH_ADMISSION_TEST_LOCK", "/tmp/dispatch-admission-test.lock"))
+
+
 @pytest.fixture
 def admission(kubeconfig: str, _host_controller_paused: None, admission_base: None,
               tmp_path: Path) -> Iterator[AdmissionHandle]:
-    handle = AdmissionHandle(kubeconfig=kubeconfig, state=tmp_path)
-    try:
-        yield handle
-    finally:
-        handle.stop_all()
+    # One Lease and one webhook address per cluster: test runs of several processes on one
+    # cluster would take each other's leadership, so they take turns (a file lock).
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        handle = AdmissionHandle(kubeconfig=kubeconfig, state=tmp_path)
+        try:
+            yield handle
+        finally:
+            handle.stop_all()
 
 
 def dump_logs(handle: AdmissionHandle) -> str:
