@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import secrets
@@ -115,12 +116,15 @@ class EventRecorder:
         self.instance = instance[:128]
 
     async def record(self, regarding: dict[str, Any], *, reason: str, note: str,
-                     action: str, type_: str = "Normal") -> None:
+                     action: str, type_: str = "Normal", key: str | None = None) -> None:
+        """Post an Event. With ``key``, the Event's name is made from it, so recording the
+        same key again (another leader, after a crash) is a no-op: idempotent by name."""
         meta = regarding.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
+        suffix = (hashlib.sha256(key.encode()).hexdigest()[:16] if key is not None
+                  else secrets.token_hex(8))
         body = {
-            "metadata": {"name": f"{meta.get('name')}.{secrets.token_hex(8)}",
-                         "namespace": namespace},
+            "metadata": {"name": f"{meta.get('name')}.{suffix}", "namespace": namespace},
             "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "reportingController": names.CONTROLLER_NAME,
             "reportingInstance": self.instance,
@@ -134,6 +138,13 @@ class EventRecorder:
         }
         try:
             await self.kube.create(EVENT, body, namespace)
+        except errors.KubeConflict as exc:
+            if key is None:  # a random name taken: advice lost, as any other failure
+                log.warning("cannot record event %s on %s/%s: %s", reason, namespace,
+                            meta.get("name"), exc)
+            else:
+                log.debug("event %s on %s/%s was recorded already", reason, namespace,
+                          meta.get("name"))
         except errors.KubeError as exc:
             log.warning("cannot record event %s on %s/%s: %s", reason, namespace,
                         meta.get("name"), exc)

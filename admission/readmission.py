@@ -40,7 +40,22 @@ log = logging.getLogger(__name__)
 
 PENDING, READY = "Pending", "Ready"
 FAULT_ENV = "DISPATCH_ADMISSION_FAULT"
-"""Test-only fault injection: ``kill-after-raise`` SIGKILLs the process right after A rose."""
+"""Test-only fault injection, comma-separated:
+
+* ``kill-after-raise`` SIGKILLs the process right after A rose;
+* ``stop-before-ready`` SIGSTOPs the whole process once, after the last ``confirm()`` and
+  before the Ready write: a leader frozen (GC pause, CPU starvation, SIGSTOP) between
+  knowing it leads and writing, which the test resumes with SIGCONT;
+* ``no-fence`` writes the check without the Workload's resourceVersion, to show in a test
+  what the fence prevents. Never for production.
+"""
+
+
+def faults() -> frozenset[str]:
+    return frozenset(f.strip() for f in os.environ.get(FAULT_ENV, "").split(",") if f.strip())
+
+
+_stopped_once = False
 
 
 def waiting_message(n: int) -> str:
@@ -170,10 +185,17 @@ def plan_admission(trainjob: Obj, token: str) -> AdmissionPlan:
     return AdmissionPlan(True, "new admission", True, a + 1, patch)
 
 
-def check_apply(wl: Obj, check: str, state: str, message: str, now: datetime) -> Obj:
+def check_apply(wl: Obj, check: str, state: str, message: str, now: datetime, *,
+                fenced: bool = True) -> Obj:
     """The server-side apply body that sets only our check's entry.
 
-    lastTransitionTime moves only when the state changes (Kueue's own rule).
+    lastTransitionTime moves only when the state changes (Kueue's own rule). The body
+    carries the resourceVersion of ``wl``, the Workload version the decision was judged
+    from: the API server applies it only to that version and answers 409 otherwise. That is
+    the fence leader election cannot give (client-go: "does not guarantee that only one
+    client is acting as a leader"): a leader that stalled between confirming its Lease and
+    this write, while another judged, approved and the job was held and released, writes
+    nothing. ``fenced=False`` exists only for the test that shows the stale write.
     """
     entry = check_entry(wl, frozenset({check})) or {}
     ltt = entry.get("lastTransitionTime")
@@ -183,7 +205,8 @@ def check_apply(wl: Obj, check: str, state: str, message: str, now: datetime) ->
     return {
         "apiVersion": WORKLOAD.api_version,
         "kind": WORKLOAD.kind,
-        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                     **({"resourceVersion": meta.get("resourceVersion")} if fenced else {})},
         "status": {"admissionChecks": [
             {"name": check, "state": state, "message": message, "lastTransitionTime": ltt},
         ]},
@@ -313,9 +336,27 @@ class Readmission:
         self._skipped.pop(key, None)
         await self._act(key, d.trainjob)
 
+    def _stale(self, key: Key, what: str) -> None:
+        """The fence refused a write: the Workload changed since it was judged. Judge again."""
+        self.metrics.decisions.labels("stale").inc()
+        log.info("workload %s/%s: changed since it was judged; not writing %s, judging again",
+                 *key, what, extra={"workload": f"{key[0]}/{key[1]}"})
+        self.queue.add(key)
+
+    @staticmethod
+    def _fault_stop_before_ready(ctx: Mapping[str, Any]) -> None:
+        global _stopped_once
+        if "stop-before-ready" in faults() and not _stopped_once:
+            _stopped_once = True
+            log.warning("fault injection: SIGSTOP before the Ready write", extra=dict(ctx))
+            for h in logging.getLogger().handlers:
+                h.flush()
+            os.kill(os.getpid(), signal.SIGSTOP)
+
     async def _write_wait(self, wl: Obj, d: Decision) -> None:
         ns, name = key_of(wl)
-        body = check_apply(wl, d.check, PENDING, d.message, datetime.now(UTC))
+        body = check_apply(wl, d.check, PENDING, d.message, datetime.now(UTC),
+                           fenced="no-fence" not in faults())
         await self._apply_check(ns, name, body)
         self.metrics.decisions.labels("waiting").inc()
         log.info("workload %s/%s: %s", ns, name, d.message,
@@ -326,6 +367,8 @@ class Readmission:
                                      action="Wait")
 
     async def _apply_check(self, ns: str, name: str, body: Obj) -> None:
+        # force: our field manager owns only our entry; the resourceVersion in ``body`` is
+        # the precondition (a stale version answers 409, see check_apply).
         await self.kube.patch(WORKLOAD, name, body, ns, kind="apply", subresource="status",
                               field_manager=names.FIELD_MANAGER, force=True)
 
@@ -345,6 +388,8 @@ class Readmission:
                     await self._write_wait(wl, d)
                 except errors.KubeNotFound:
                     return  # the Workload went between the read and the write
+                except errors.KubeConflict:
+                    self._stale(key, "the wait message")
             return
         if d.kind != "approve":
             return
@@ -371,19 +416,27 @@ class Readmission:
                 return
             self.metrics.decisions.labels("raised").inc()
             log.info("workload %s/%s: raised A to %d", ns, name, plan.count, extra=ctx)
-            await self.events.record(
-                tj, reason="AdmissionCountRaised", action="RaiseAdmissionCount",
-                note=f"admission count A raised to {plan.count} for admission {token}")
-            if os.environ.get(FAULT_ENV) == "kill-after-raise":
+            if "kill-after-raise" in faults():
                 log.warning("fault injection: SIGKILL after raising A", extra=ctx)
                 os.kill(os.getpid(), signal.SIGKILL)
+        # Recorded whether we raised A just now or a leader before us did and died before
+        # recording it: the Event's name is made from the token, so it exists once.
+        await self.events.record(
+            tj, reason="AdmissionCountRaised", action="RaiseAdmissionCount",
+            note=f"admission count A raised to {plan.count} for admission {token}",
+            key=f"AdmissionCountRaised/{token}")
         if not await self.elector.confirm():
             log.info("workload %s/%s: not the leader any more; not approving", ns, name)
             return
+        self._fault_stop_before_ready(ctx)
         started = time.monotonic()
-        await self._apply_check(ns, name, check_apply(wl, d.check, READY,
-                                                       ready_message(plan.count),
-                                                       datetime.now(UTC)))
+        try:
+            await self._apply_check(ns, name, check_apply(
+                wl, d.check, READY, ready_message(plan.count), datetime.now(UTC),
+                fenced="no-fence" not in faults()))
+        except errors.KubeConflict:
+            self._stale(key, "Ready")
+            return
         self.metrics.decisions.labels("ready").inc()
         reserved = quota_reserved_at(wl)
         if reserved is not None:

@@ -96,7 +96,8 @@ class AdmissionHandle:
     replicas: list[Replica] = field(default_factory=list)
 
     def start(self, *, identity: str | None = None, env: dict[str, str] | None = None,
-              wait: bool = True) -> Replica:
+              wait: bool = True, args: tuple[str, ...] = ()) -> Replica:
+        """Start a replica; ``args`` are added last (so they override the defaults)."""
         identity = identity or f"adm-test-{uuid.uuid4().hex[:6]}"
         health = _free_port()
         log = self.state / f"{identity}.log"
@@ -106,7 +107,7 @@ class AdmissionHandle:
                "--health-listen", f"127.0.0.1:{health}",
                "--lease-duration", str(self.lease_duration),
                "--renew-deadline", str(self.renew_deadline),
-               "--retry-period", str(self.retry_period)]
+               "--retry-period", str(self.retry_period), *args]
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
                                     env={**os.environ, **(env or {})})

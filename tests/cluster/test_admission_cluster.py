@@ -8,6 +8,8 @@ namespaced runtime copy whose pod template carries the dispatch labels.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -240,10 +242,16 @@ async def test_kill9_between_raising_a_and_ready_does_not_raise_twice(
     assert crasher.proc.returncode == -9
     assert await admission_count(kube, ns, tj) == 1
     assert check_state(await workload(kube, ns, tj)).get("state") == "Pending"
-    admission.start()  # the next leader completes the same admission
+    assert await raised_events(kube, ns, tj) == 0  # it died before recording the raise
+    nxt = admission.start()  # the next leader completes the same admission
     await wait_ready(kube, ns, tj, limit=60)
     assert await admission_count(kube, ns, tj) == 1
-    assert await raised_events(kube, ns, tj) == 1
+    # ... and records the raise it found done for this admission, once.
+    items, _ = await kube.list(r.EVENT, ns)
+    raised = [e for e in items if e.get("reason") == "AdmissionCountRaised"
+              and (e.get("regarding") or {}).get("name") == tj]
+    assert [e["reportingInstance"] for e in raised] == [nxt.identity]
+    assert "A raised to 1" in raised[0]["note"]
 
 
 async def test_standby_takes_over_within_lease_duration_and_nothing_is_approved_twice(
@@ -380,3 +388,152 @@ async def test_kopf_style_writes_are_absent(kube: Kube, ns: str,
 async def _ready_again(kube: Kube, ns: str, tj: str) -> bool:
     return (check_state(await workload(kube, ns, tj)).get("state") == "Ready"
             and await admission_count(kube, ns, tj) == 2)
+
+
+# --- the fence: a leader frozen between confirm() and its Ready write ---------------------
+
+
+class History:
+    """Every watch event of a job's Workload, TrainJob and pods, in the server's order.
+
+    resourceVersions of one etcd are one sequence, so sorting by them orders the three
+    watches' events as the server made them.
+    """
+
+    def __init__(self, kube: Kube, ns: str) -> None:
+        self.kube, self.ns = kube, ns
+        self.events: list[tuple[int, str, str, Obj]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _pump(self, res: r.Resource) -> None:
+        async for ev in self.kube.observe(res, self.ns):
+            for obj in (ev.items if ev.type == "SYNC" else (ev.object,)):
+                rv = int(obj["metadata"]["resourceVersion"])
+                self.events.append((rv, res.kind, "SYNC" if ev.type == "SYNC" else ev.type,
+                                    obj))
+
+    def __enter__(self) -> History:
+        self._tasks = [asyncio.create_task(self._pump(res))
+                       for res in (r.WORKLOAD, r.TRAINJOB, r.POD)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for t in self._tasks:
+            t.cancel()
+
+    def violations(self, tj: str) -> tuple[list[str], list[int], int]:
+        """(Ready while pods existed, A's values in order, Ready transitions)."""
+        bad: list[str] = []
+        alive: dict[str, str] = {}
+        a_seen: list[int] = []
+        ready = False
+        readies = 0
+        for rv, kind, typ, obj in sorted(self.events, key=lambda e: e[0]):
+            meta = obj["metadata"]
+            if kind == "Pod":
+                if (meta.get("labels") or {}).get(names.JOBSET_NAME_LABEL) != tj:
+                    continue
+                if typ == "DELETED":
+                    alive.pop(meta["name"], None)
+                else:
+                    alive[meta["name"]] = meta.get("deletionTimestamp") or "running"
+            elif kind == "TrainJob" and meta["name"] == tj:
+                a = int((meta.get("annotations") or {}).get(names.ADMISSION_COUNT) or 0)
+                if not a_seen or a_seen[-1] != a:
+                    a_seen.append(a)
+            elif kind == "Workload" and trainjob_of_wl(obj) == tj:
+                now_ready = check_state(obj).get("state") == "Ready"
+                if now_ready and not ready:
+                    readies += 1
+                    # No pod of the job may exist when its check turns Ready: pods of this
+                    # admission are made only after it (the TrainJob is suspended until then).
+                    if alive:
+                        bad.append(f"rv {rv}: check Ready while {len(alive)} pods existed: "
+                                   f"{alive}")
+                ready = now_ready
+        return bad, a_seen, readies
+
+
+def trainjob_of_wl(wl: Obj) -> str | None:
+    for ref in wl["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "TrainJob":
+            return str(ref.get("name"))
+    return None
+
+
+def process_state(pid: int) -> str:
+    """The process state letter of /proc/PID/stat ('T' when stopped)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+# Prints its identity, then on TERM keeps its pod terminating for a long while.
+VERY_SLOW_TERM = ("env | grep ^DISPATCH_ | sort; echo ready; "
+                  "trap 'sleep 40; exit 143' TERM; while :; do sleep 1; done")
+
+
+async def frozen_leader_scenario(kube: Kube, ns: str, admission: AdmissionHandle,
+                                 faults: str) -> tuple[list[str], list[int], int]:
+    """Freeze the leader after confirm(), let the standby approve, run, hold and release the
+    job, resume the frozen leader while the old pods still terminate; return the verdicts."""
+    # The frozen replica listens for the webhook elsewhere: a stopped process's socket would
+    # still take its share of the webhook's connections and stall pod creation.
+    frozen = admission.start(env={"DISPATCH_ADMISSION_FAULT": faults},
+                             args=("--webhook-listen", "127.0.0.1:0"))
+    await admission.wait_leader(kube, among=[frozen])
+    standby = admission.start()
+    with History(kube, ns) as history:
+        _, tj = await dispatch_job(kube, ns, VERY_SLOW_TERM, nodes=1, grace=90)
+        await eventually(lambda: asyncio.sleep(0, process_state(frozen.proc.pid) == "T"), 90,
+                         "the leader freezing itself before its Ready write")
+        assert await admission_count(kube, ns, tj) == 1  # it raised A, then froze
+        await admission.wait_leader(kube, among=[standby], limit=admission.lease_duration + 10)
+        await wait_ready(kube, ns, tj)
+        await wait_running_pods(kube, ns, tj, 1, "ready")
+        assert await admission_count(kube, ns, tj) == 1
+
+        wl = await workload(kube, ns, tj)
+        assert wl is not None
+        await set_active(kube, ns, wl, False)  # hold
+        await eventually(lambda: _terminating(kube, ns, tj), 60, "old pods terminating")
+        await set_active(kube, ns, wl, True)  # release
+
+        async def waiting() -> Obj | None:
+            st = check_state(await workload(kube, ns, tj))
+            return st if "waiting for" in st.get("message", "") else None
+        await eventually(waiting, 60, "the standby waiting for the old pods", 0.1)
+        assert await _terminating(kube, ns, tj)
+
+        os.kill(frozen.proc.pid, signal.SIGCONT)  # the stale leader wakes and writes
+        await asyncio.sleep(3)
+        # Then the old pods go (TERM trap, 40 s) and the next execution is admitted.
+        await eventually(lambda: _no_old_pods_and_ready(kube, ns, tj), 150,
+                         "the next admission after the old pods went")
+        await asyncio.sleep(1)  # the watches catch up
+        return history.violations(tj)
+
+
+async def _no_old_pods_and_ready(kube: Kube, ns: str, tj: str) -> bool:
+    if await _terminating(kube, ns, tj):
+        return False
+    return check_state(await workload(kube, ns, tj)).get("state") == "Ready"
+
+
+async def test_a_leader_frozen_before_its_ready_write_cannot_approve_a_later_admission(
+        kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    bad, a_values, readies = await frozen_leader_scenario(kube, ns, admission,
+                                                          "stop-before-ready")
+    assert bad == [], dump_logs(admission)
+    assert readies == 2  # the standby's first admission, then the one after the release
+    assert a_values == [0, 1, 2]  # A rose once per admission
+    log = admission.replicas[0].log_text()
+    assert "changed since it was judged; not writing Ready" in log, log[-3000:]
+
+
+async def test_without_the_fence_the_same_frozen_leader_approves_over_old_pods(
+        kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    """The test above with the fence switched off (a test-only fault): the frozen leader's
+    write lands, the check is Ready while the old execution's pod still terminates."""
+    bad, _, _ = await frozen_leader_scenario(kube, ns, admission,
+                                             "stop-before-ready,no-fence")
+    assert bad, "the unfenced stale write went unseen: the scenario does not test the fence"

@@ -24,7 +24,8 @@ CQS = {"cq": frozenset({"dispatch-admission"}), "other": frozenset({"x"})}
 def workload(*, state: str = "Pending", reserved: bool = True, active: bool | None = None,
              owner: str | None = "dj-a-s1", cq: str = "cq", check: str = "dispatch-admission",
              message: str = "", evictions: list[int] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "trainjob-dj-a-s1-abcde", "namespace": "ns", "uid": "u1"}
+    meta: dict[str, Any] = {"name": "trainjob-dj-a-s1-abcde", "namespace": "ns", "uid": "u1",
+                            "resourceVersion": "4711"}
     if owner:
         meta["ownerReferences"] = [{"apiVersion": "trainer.kubeflow.org/v1alpha1",
                                     "kind": "TrainJob", "name": owner, "controller": True,
@@ -120,6 +121,10 @@ def test_check_apply_writes_only_our_entry_and_keeps_transition_time() -> None:
         "name": "dispatch-admission", "state": "Pending", "message": "m",
         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
     assert set(body) == {"apiVersion", "kind", "metadata", "status"}
-    assert body["metadata"] == {"name": "trainjob-dj-a-s1-abcde", "namespace": "ns"}
+    # The fence: applied only to the Workload version the decision was judged from.
+    assert body["metadata"] == {"name": "trainjob-dj-a-s1-abcde", "namespace": "ns",
+                                "resourceVersion": "4711"}
+    unfenced = check_apply(workload(), "dispatch-admission", "Pending", "m", now, fenced=False)
+    assert "resourceVersion" not in unfenced["metadata"]
     ready = check_apply(workload(), "dispatch-admission", "Ready", "ok", now)
     assert ready["status"]["admissionChecks"][0]["lastTransitionTime"] == "2026-02-03T04:05:06Z"
