@@ -11,11 +11,18 @@ Order of writes, after every input was validated and the source runtime read:
    dispatch's labels, Kueue's queue and priority-class labels, and the spec hash.
 3. the copy's ownerReference to the TrainJob, so the garbage collector removes it.
 
+Concurrent Starts of one job and submission are linearizable: the copy is created once
+(by name), and its spec hash decides which request may make the TrainJob. Start never
+deletes or changes another request's copy; a TrainJob is kept only if, after it was made,
+the copy still carries its request's hash (else it is deleted again under its UID, before
+anything ran), and the owner patch carries the copy's resourceVersion. So exactly one
+request's TrainJob exists, built from that request's copy; callers of the same request get
+its reference, callers of another get a ConflictError naming what differs.
+
 A Start interrupted between these steps leaves objects labelled with the job id, which
-``find``/StopJob find, and which a repeated Start completes. The same request again
-returns the same reference; a different request under the same job and submission is a
-ConflictError. In Kueue mode Start returns once Kueue made the Workload
-(``kueue.x-k8s.io/job-uid=<TrainJob uid>``).
+``find``/StopJob find, and which a repeated Start of the same request completes (another
+request is refused, naming the interrupted one, until StopJob removes it). In Kueue mode
+Start returns once Kueue made the Workload (``kueue.x-k8s.io/job-uid=<TrainJob uid>``).
 """
 
 from __future__ import annotations
@@ -108,19 +115,40 @@ def validate(req: StartRequest) -> tuple[StartRequest, str, Image, RuntimeRef]:
     return req, name, image, runtime
 
 
-def spec_hash(req: StartRequest) -> str:
-    """A digest of everything in the request that shapes the job."""
+def request_doc(req: StartRequest) -> dict[str, Any]:
+    """Everything in the request that shapes the job (what the spec hash digests)."""
     image = req.spec.extension(Image)
     runtime = req.spec.extension(RuntimeRef)
-    doc = {
+    return {
         "job": str(req.job), "submission": req.submission, "attempt": req.attempt,
         "command": list(req.spec.command), "nodes": req.spec.nodes,
         "image": image.ref if image else None,
         "pullPolicy": image.pull_policy if image else None,
         "runtime": [runtime.kind, runtime.runtime] if runtime else None,
     }
-    raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def _canonical(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def spec_hash(req: StartRequest) -> str:
+    """A digest of everything in the request that shapes the job."""
+    return "sha256:" + hashlib.sha256(_canonical(request_doc(req)).encode()).hexdigest()
+
+
+def what_differs(obj: Mapping[str, Any], mine: Mapping[str, Any]) -> str:
+    """Name what differs between the request ``obj`` was made from and ``mine`` (pure)."""
+    raw = annotations_of(obj).get(names.REQUEST)
+    try:
+        theirs = json.loads(raw) if raw else None
+    except ValueError:
+        theirs = None
+    if not isinstance(theirs, dict):  # made before the request was recorded
+        return f"its spec-hash is {annotations_of(obj).get(names.SPEC_HASH) or 'none'}"
+    diffs = [f"{k} {theirs.get(k)!r} there, {mine.get(k)!r} here"
+             for k in sorted(set(theirs) | set(mine)) if theirs.get(k) != mine.get(k)]
+    return "; ".join(diffs) or "its spec-hash differs"
 
 
 def job_labels(req: StartRequest) -> dict[str, str]:
@@ -133,7 +161,8 @@ def job_labels(req: StartRequest) -> dict[str, str]:
 
 
 def runtime_copy(source: Mapping[str, Any], *, name: str, namespace: str,
-                 labels: Mapping[str, str], digest: str, image: Image) -> dict[str, Any]:
+                 labels: Mapping[str, str], digest: str, image: Image,
+                 request: str | None = None) -> dict[str, Any]:
     """The namespaced TrainingRuntime copy of ``source`` with dispatch's labels (pure)."""
     spec = copy.deepcopy(source.get("spec") or {})
     # The JobSet's own metadata comes from the template's, so StopJob finds it by label too.
@@ -154,7 +183,8 @@ def runtime_copy(source: Mapping[str, Any], *, name: str, namespace: str,
         "metadata": {
             "name": name, "namespace": namespace,
             "labels": {**(labels_of(source)), **labels},
-            "annotations": {names.SPEC_HASH: digest},
+            "annotations": {names.SPEC_HASH: digest,
+                            **({names.REQUEST: request} if request else {})},
         },
         "spec": spec,
     }
@@ -174,7 +204,8 @@ def trainjob_body(req: StartRequest, settings: Settings, *, name: str, image: Im
         "metadata": {
             "name": name, "namespace": settings.namespace, "labels": labels,
             "annotations": {**closed_annotations(settings.kueue is not None),
-                            names.SPEC_HASH: digest},
+                            names.SPEC_HASH: digest,
+                            names.REQUEST: _canonical(request_doc(req))},
         },
         "spec": {
             "runtimeRef": {"apiGroup": names.TRAINER_GROUP, "kind": names.KIND_TRAINING_RUNTIME,
@@ -217,44 +248,128 @@ async def create_trainjob(kube: Kube, ns: str, body: dict[str, Any]) -> dict[str
     raise AssertionError("unreachable")
 
 
+_ROUNDS = 4
+"""How often Start judges again after a concurrent writer changed what it read."""
+
+
 async def start(kube: Kube, settings: Settings, req: StartRequest) -> ObjectRef:
-    """Start ``req`` closed; see the module docstring."""
+    """Start ``req`` closed; see the module docstring.
+
+    Linearizable per job and submission: the runtime copy (one name, created once) decides
+    which request may make the TrainJob. Start never deletes or changes another request's
+    copy, so a concurrent Start of another request is refused, never undone; a TrainJob is
+    made only while the copy carries this request's hash, and kept only if it still does
+    afterwards (Trainer builds the JobSet from whatever copy has the name).
+    """
     req, name, image, runtime = validate(req)
     ns = settings.namespace
+    mine = request_doc(req)
     digest = spec_hash(req)
-    labels = job_labels(req)
-
-    existing = await kube.get_or_none(TRAINJOB, name, ns)
-    if existing is not None:
-        _same_or_conflict(existing, digest, f"TrainJob {ns}/{name}")
-    source = await _read_runtime(kube, ns, runtime)
-    wanted_copy = runtime_copy(source, name=name, namespace=ns, labels=labels, digest=digest,
-                               image=image)
-    rt = await _ensure_copy(kube, ns, name, wanted_copy, digest)
-    if existing is None:
+    what_tj, what_rt = f"TrainJob {ns}/{name}", f"TrainingRuntime {ns}/{name}"
+    source: dict[str, Any] | None = None
+    tj: dict[str, Any] | None = None
+    for _ in range(_ROUNDS):
+        tj = await kube.get_or_none(TRAINJOB, name, ns)
+        if tj is not None:
+            _same_or_conflict(tj, mine, digest, what_tj)
+            if await _own_copy(kube, ns, name, tj, mine, digest):
+                break
+            continue
+        rt = await kube.get_or_none(TRAINING_RUNTIME, name, ns)
+        if rt is None:
+            if source is None:
+                source = await _read_runtime(kube, ns, runtime)
+            try:
+                # Idempotent by name: of concurrent creates one wins, the others judge again.
+                rt = await kube.create(TRAINING_RUNTIME, runtime_copy(
+                    source, name=name, namespace=ns, labels=job_labels(req), digest=digest,
+                    image=image, request=_canonical(mine)), ns,
+                    field_manager=names.ADAPTER_FIELD_MANAGER)
+            except errors.KubeConflict:
+                continue
+        _same_or_conflict(rt, mine, digest, what_rt,
+                          made_by="a Start whose TrainJob is not there (interrupted, or still "
+                          "running): start that request again to complete it, or StopJob "
+                          "the job")
+        if meta(rt).get("ownerReferences"):
+            # Owned, yet no TrainJob: it just came (the next round sees it), or it is gone
+            # and the garbage collector is removing the copy.
+            continue
         try:
-            existing = await create_trainjob(
+            tj = await create_trainjob(
                 kube, ns, trainjob_body(req, settings, name=name, image=image, digest=digest))
         except errors.KubeConflict:
-            existing = await kube.get(TRAINJOB, name, ns)
-            _same_or_conflict(existing, digest, f"TrainJob {ns}/{name}")
-    if not any(o.get("uid") == meta(existing)["uid"]
-               for o in meta(rt).get("ownerReferences") or []):
-        await kube.patch(TRAINING_RUNTIME, name, {"metadata": {
-            "ownerReferences": [owner_reference(existing)]}}, ns)
+            continue  # a concurrent Start made it: the next round judges it
+        except errors.KubeForbidden:
+            # Trainer found no runtime: did the copy go meanwhile (a concurrent StopJob)?
+            if await _copy_is_mine(kube, ns, name, digest):
+                raise
+            continue
+        if not await _copy_is_mine(kube, ns, name, digest):
+            # The copy went or changed between our read and our create (a concurrent StopJob
+            # and another Start): Trainer may build this TrainJob from another request's
+            # copy. Delete it, only it (UID precondition), while it is suspended and closed.
+            await kube.delete(TRAINJOB, name, ns, uid=meta(tj)["uid"])
+            raise errors.ConflictError(
+                f"{what_rt} was removed or replaced while this Start ran (a concurrent StopJob "
+                "or Start); the TrainJob it made was deleted again; start again")
+        if await _own_copy(kube, ns, name, tj, mine, digest):
+            break
+    else:
+        raise errors.ConflictError(
+            f"{what_tj}: the job's objects kept changing during {_ROUNDS} rounds of Start "
+            "(a concurrent StopJob, or the previous objects still being removed); try again")
+    assert tj is not None
     if settings.kueue is not None:
-        await _wait_for_workload(kube, settings, existing)
+        await _wait_for_workload(kube, settings, tj)
     return ObjectRef(namespace=ns, name=name, kind="TrainJob", api_version=TRAINJOB_API_VERSION,
-                     uid=str(meta(existing)["uid"]))
+                     uid=str(meta(tj)["uid"]))
 
 
-def _same_or_conflict(obj: Mapping[str, Any], digest: str, what: str) -> None:
+async def _copy_is_mine(kube: Kube, ns: str, name: str, digest: str) -> bool:
+    rt = await kube.get_or_none(TRAINING_RUNTIME, name, ns)
+    return (rt is not None and not meta(rt).get("deletionTimestamp")
+            and annotations_of(rt).get(names.SPEC_HASH) == digest)
+
+
+async def _own_copy(kube: Kube, ns: str, name: str, tj: Mapping[str, Any],
+                    mine: Mapping[str, Any], digest: str) -> bool:
+    """Make the TrainJob the owner of its copy (so the collector removes the copy with it).
+
+    False when the copy changed under us (judge again). The patch carries the copy's
+    resourceVersion, so it lands only on the copy we judged to be this request's.
+    """
+    rt = await kube.get_or_none(TRAINING_RUNTIME, name, ns)
+    if rt is None:
+        raise errors.ConflictError(
+            f"TrainJob {ns}/{name} exists but its runtime copy is gone: the job is being "
+            "stopped, or the copy was deleted by hand; StopJob the job")
+    _same_or_conflict(rt, mine, digest, f"TrainingRuntime {ns}/{name}",
+                      made_by=f"not the copy of TrainJob {ns}/{name}; StopJob the job")
+    owners = meta(rt).get("ownerReferences") or []
+    if any(o.get("uid") == meta(tj)["uid"] for o in owners):
+        return True
+    if owners:
+        raise errors.ConflictError(
+            f"TrainingRuntime {ns}/{name} belongs to an earlier TrainJob of that name (uid "
+            f"{owners[0].get('uid')}), which is being removed; wait for StopJob to finish")
+    try:
+        await kube.patch(TRAINING_RUNTIME, name, {"metadata": {
+            "resourceVersion": meta(rt)["resourceVersion"],
+            "ownerReferences": [owner_reference(tj)]}}, ns)
+    except (errors.KubeConflict, errors.KubeNotFound):
+        return False
+    return True
+
+
+def _same_or_conflict(obj: Mapping[str, Any], mine: Mapping[str, Any], digest: str, what: str,
+                      *, made_by: str = "") -> None:
     if meta(obj).get("deletionTimestamp"):
         raise errors.ConflictError(f"{what} is being deleted; wait for StopJob to finish")
-    theirs = annotations_of(obj).get(names.SPEC_HASH)
-    if theirs != digest:
+    if annotations_of(obj).get(names.SPEC_HASH) != digest:
+        made = f"; made by {made_by}" if made_by else ""
         raise errors.ConflictError(
-            f"{what} exists with a different spec (spec-hash {theirs or 'none'}); the same "
+            f"{what} exists for another request ({what_differs(obj, mine)}){made}; the same "
             "job and submission can be started only with the same request")
 
 
@@ -269,28 +384,6 @@ async def _read_runtime(kube: Kube, namespace: str, runtime: RuntimeRef) -> dict
             f"spec.extensions.RuntimeRef: {runtime.kind} {runtime.runtime}{where} not found",
             field="spec.extensions.RuntimeRef")
     return found
-
-
-async def _ensure_copy(kube: Kube, namespace: str, name: str, wanted: dict[str, Any],
-                       digest: str) -> dict[str, Any]:
-    for _ in range(3):
-        have = await kube.get_or_none(TRAINING_RUNTIME, name, namespace)
-        if have is None:
-            try:
-                created: dict[str, Any] = await kube.create(
-                    TRAINING_RUNTIME, wanted, namespace, field_manager=names.ADAPTER_FIELD_MANAGER)
-                return created
-            except errors.KubeConflict:
-                continue
-        if annotations_of(have).get(names.SPEC_HASH) == digest:
-            return have
-        if labels_of(have).get(names.JOB_ID_LABEL) != labels_of(wanted).get(names.JOB_ID_LABEL) \
-                or meta(have).get("ownerReferences"):
-            raise errors.ConflictError(
-                f"TrainingRuntime {namespace}/{name} exists and is not this request's copy")
-        # A copy left by an interrupted Start of a different request, never owned: replace it.
-        await kube.delete(TRAINING_RUNTIME, name, namespace, uid=meta(have)["uid"])
-    raise errors.ConflictError(f"TrainingRuntime {namespace}/{name} kept changing")
 
 
 async def _wait_for_workload(kube: Kube, settings: Settings, trainjob: Mapping[str, Any]) -> None:
