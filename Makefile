@@ -5,7 +5,7 @@ KUBECONFIG_LOCAL ?= /tmp/$(CLUSTER).kubeconfig
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test venv lint unit cluster-up cluster-down docs bench clean
+.PHONY: demo test venv lint unit verify cluster-up cluster-down docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +25,7 @@ demo: venv
 ## stopped here) or the cluster named by $$KUBECONFIG.
 test: venv lint
 	$(PY) -m pytest tests/unit
+	$(PY) -m pytest tests/verify
 	$(PY) -m pytest -m machine tests/cluster
 	$(PY) -m pytest -m 'not machine' tests/cluster
 
@@ -36,6 +37,10 @@ lint: venv
 
 unit: venv
 	$(PY) -m pytest tests/unit
+
+## verify: model-check the readmission protocol with spin (and its unfenced mutation).
+verify: venv
+	$(PY) -m pytest tests/verify
 
 cluster-up: venv
 	deploy/local/up.sh $(CLUSTER) $(KUBECONFIG_LOCAL)

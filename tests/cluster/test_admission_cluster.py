@@ -537,3 +537,32 @@ async def test_without_the_fence_the_same_frozen_leader_approves_over_old_pods(
     bad, _, _ = await frozen_leader_scenario(kube, ns, admission,
                                              "stop-before-ready,no-fence")
     assert bad, "the unfenced stale write went unseen: the scenario does not test the fence"
+
+
+async def test_server_side_apply_honours_the_resource_version_in_the_body(
+        kube: Kube, ns: str) -> None:
+    """The fence rests on this: an apply whose body names a stale resourceVersion is 409."""
+    from admission.readmission import check_apply
+
+    _, tj = await dispatch_job(kube, ns, SLOW_TERM, nodes=1)
+    now = datetime.now(UTC)
+
+    async def apply(body: Obj) -> Obj:
+        return await kube.patch(r.WORKLOAD, body["metadata"]["name"], body, ns, kind="apply",
+                                subresource="status", field_manager=names.FIELD_MANAGER,
+                                force=True)
+
+    async def apply_current() -> tuple[Obj, Obj] | None:
+        wl = await workload(kube, ns, tj)
+        if wl is None or not check_state(wl):
+            return None
+        try:  # Kueue may still be writing the Workload: then read again
+            return wl, await apply(check_apply(wl, CHECK, "Pending", "first", now))
+        except errors.KubeConflict:
+            return None
+    wl, fresh = await eventually(apply_current, 60, f"an apply to the current Workload of {tj}")
+    with pytest.raises(errors.KubeConflict):
+        await apply(check_apply(wl, CHECK, "Pending", "stale", now))  # wl is one version old
+    assert check_state(await workload(kube, ns, tj)).get("message") == "first"
+    await apply(check_apply(fresh, CHECK, "Pending", "second", now))
+    assert check_state(await workload(kube, ns, tj)).get("message") == "second"
