@@ -132,6 +132,13 @@ def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str,
         return Decision("idle", "Workload is deactivated", check=check, trainjob=tj)
     if not is_true(wl, "QuotaReserved"):
         return Decision("idle", "quota not reserved", check=check, trainjob=tj)
+    if is_true(wl, "Evicted"):
+        # Kueue keeps QuotaReserved while it tears an evicted reservation down (until the
+        # job is stopped) and sets Evicted=False with the next reservation. Approving in
+        # between would leave the check Ready for that next reservation, admitted at once,
+        # while the torn-down execution's late pods get the new A (found by the model,
+        # verify/readmission.pml, variant NOEVICTGUARD).
+        return Decision("idle", "Workload is being evicted", check=check, trainjob=tj)
     cq = str(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
     if not cq:
         return Decision("skip", "quota reserved but status.admission names no ClusterQueue",
@@ -159,13 +166,23 @@ class AdmissionPlan:
     count: int = 0
     """A after the plan (raised or not)."""
     patch: dict[str, Any] = field(default_factory=dict)
+    stale: bool = False
+    """The TrainJob records a newer admission than the Workload we judged: judge again."""
+
+
+def _token_parts(token: str | None) -> tuple[str, int] | None:
+    uid, sep, n = (token or "").rpartition("/")
+    return (uid, int(n)) if sep and uid and n.isdigit() else None
 
 
 def plan_admission(trainjob: Obj, token: str) -> AdmissionPlan:
-    """Raise A by one unless this admission (``token``) already raised it.
+    """Raise A by one unless this admission (``token``) or a newer one already raised it.
 
-    The patch carries the TrainJob's resourceVersion, so it applies only to the TrainJob
-    this plan was made from: a racing writer makes it fail with 409, never raise twice.
+    Tokens of one Workload are ordered by their eviction count: a recorded token with a
+    higher count than ``token`` means our Workload read is older than the TrainJob read,
+    and raising would give one execution a second A (variant TOKENEQ of the model). The
+    patch carries the TrainJob's resourceVersion, so it applies only to the TrainJob this
+    plan was made from: a racing writer makes it fail with 409, never raise twice.
     """
     meta = trainjob.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -176,8 +193,14 @@ def plan_admission(trainjob: Obj, token: str) -> AdmissionPlan:
         a = parse_count(annotations.get(names.ADMISSION_COUNT), names.ADMISSION_COUNT)
     except IdentityError as exc:
         return AdmissionPlan(False, f"malformed admission count: {exc}")
-    if annotations.get(names.ADMISSION_TOKEN) == token:
+    recorded = annotations.get(names.ADMISSION_TOKEN)
+    if recorded == token:
         return AdmissionPlan(True, "A was raised for this admission already", False, a)
+    theirs, ours = _token_parts(recorded), _token_parts(token)
+    if theirs is not None and ours is not None and theirs[0] == ours[0] \
+            and theirs[1] > ours[1]:
+        return AdmissionPlan(True, f"A was raised for a newer admission ({recorded})", False,
+                             a, stale=True)
     patch = {"metadata": {
         "resourceVersion": meta.get("resourceVersion"),
         "annotations": {names.ADMISSION_COUNT: str(a + 1), names.ADMISSION_TOKEN: token},
@@ -401,6 +424,9 @@ class Readmission:
         plan = plan_admission(tj, token)
         if not plan.ok:
             self._skip(key, f"TrainJob {tj_name}: {plan.reason}")
+            return
+        if plan.stale:
+            self._stale(key, "A")
             return
         ctx = {"workload": f"{ns}/{name}", "trainjob": tj_name, "token": token,
                "admission_count": plan.count}

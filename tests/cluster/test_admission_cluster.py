@@ -537,6 +537,7 @@ async def test_without_the_fence_the_same_frozen_leader_approves_over_old_pods(
     bad, _, _ = await frozen_leader_scenario(kube, ns, admission,
                                              "stop-before-ready,no-fence")
     assert bad, "the unfenced stale write went unseen: the scenario does not test the fence"
+    print("without the fence:", *bad, sep="\n  ")
 
 
 async def test_server_side_apply_honours_the_resource_version_in_the_body(

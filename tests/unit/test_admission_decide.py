@@ -23,7 +23,8 @@ CQS = {"cq": frozenset({"dispatch-admission"}), "other": frozenset({"x"})}
 
 def workload(*, state: str = "Pending", reserved: bool = True, active: bool | None = None,
              owner: str | None = "dj-a-s1", cq: str = "cq", check: str = "dispatch-admission",
-             message: str = "", evictions: list[int] | None = None) -> dict[str, Any]:
+             message: str = "", evictions: list[int] | None = None,
+             evicted: bool | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "trainjob-dj-a-s1-abcde", "namespace": "ns", "uid": "u1",
                             "resourceVersion": "4711"}
     if owner:
@@ -38,6 +39,9 @@ def workload(*, state: str = "Pending", reserved: bool = True, active: bool | No
     }
     if reserved:
         status["admission"] = {"clusterQueue": cq}
+    if evicted is not None:
+        status["conditions"].append({"type": "Evicted", "status": str(evicted),
+                                     "reason": "Preempted" if evicted else "QuotaReserved"})
     if evictions:
         status["schedulingStats"] = {"evictions": [
             {"reason": f"r{i}", "underlyingCause": "", "count": n}
@@ -57,6 +61,8 @@ def workload(*, state: str = "Pending", reserved: bool = True, active: bool | No
     (workload(reserved=False), 0, "idle"),
     (workload(active=False), 0, "idle"),
     (workload(active=True), 0, "approve"),
+    (workload(evicted=True), 0, "idle"),  # Kueue is tearing this reservation down
+    (workload(evicted=False), 0, "approve"),  # reserved again after an eviction
     (workload(owner=None), 0, "skip"),
     (workload(cq="missing"), 0, "skip"),
     (workload(cq="other"), 0, "skip"),
@@ -103,6 +109,22 @@ def test_readmission_raises_once_per_token() -> None:
     nxt = plan_admission(tj, "u1/1")
     assert nxt.raise_a
     assert nxt.count == 2
+
+
+def test_a_decision_older_than_the_recorded_admission_raises_nothing() -> None:
+    """A Workload read from before a hold and release, a TrainJob read after the newer
+    admission raised A: raising again would give that execution a second A."""
+    tj = trainjob(**{names.ADMISSION_COUNT: "2", names.ADMISSION_TOKEN: "u1/1"})
+    old = plan_admission(tj, "u1/0")
+    assert old.ok
+    assert old.stale
+    assert not old.raise_a
+    other_workload = plan_admission(tj, "u2/0")  # a Workload made anew: a new admission
+    assert other_workload.raise_a
+    assert not other_workload.stale
+    plain = plan_admission(trainjob(**{names.ADMISSION_COUNT: "1",
+                                       names.ADMISSION_TOKEN: "plain/1"}), "u1/0")
+    assert plain.raise_a
 
 
 @pytest.mark.parametrize("tj", [

@@ -1,0 +1,1 @@
+"""The Promela model of the readmission protocol and its runner (make verify)."""

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Model-check the readmission protocol (verify/readmission.pml) with spin.
+
+Each variant of the model is generated with ``spin -a``, compiled with gcc in safety mode
+and searched exhaustively by pan, in a temporary directory (nothing is written into the
+repository). The protocol itself must verify with no error and no truncated search; each
+variant with a piece of the protocol removed must produce a counterexample, whose trail
+is replayed with ``spin -t`` and told by the model's ``MSC:`` lines.
+
+Run it with ``make verify`` or ``python verify/run.py``; ``--only NAME`` runs one variant.
+The exit status is 0 when every variant did what it must.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODEL = Path(__file__).resolve().with_name("readmission.pml")
+MAX_DEPTH = 1_000_000
+"""pan's -m: far above the depth the search reaches, which the result reports."""
+TIMEOUT = 600.0
+PROPERTIES = {
+    "a": "never pods of two executions at once",
+    "b": "A rises exactly once per admission",
+    "c": "each execution's R is strictly higher than the previous one's",
+}
+TRUNCATED = ("max search depth too small", "out of memory", "Search not completed")
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    name: str
+    defines: tuple[str, ...]
+    must_fail: bool
+    what: str
+    bfs: bool = False
+    """Breadth-first: the counterexample found is a shortest one."""
+
+
+VARIANTS = (
+    Variant("fenced", (), False, "the protocol: every property holds"),
+    Variant("nofence", ("NOFENCE",), True,
+            "the Ready write without the fence (shortest counterexample)", bfs=True),
+    Variant("nofence-a", ("NOFENCE", "PROPS=1"), True,
+            "the Ready write without the fence, checking (a) only", bfs=True),
+    Variant("noevictguard", ("NOEVICTGUARD",), True,
+            "decide() without the eviction guard", bfs=True),
+    Variant("tokeneq", ("TOKENEQ",), True,
+            "the token rule by equality, not by order", bfs=True),
+)
+
+
+@dataclass(slots=True)
+class Result:
+    variant: Variant
+    errors: int = -1
+    states: int = -1
+    transitions: int = -1
+    depth: int = -1
+    seconds: float = -1.0
+    """pan's own elapsed time for the search."""
+    wall: float = 0.0
+    """Generate, compile and search, as measured here."""
+    complete: bool = False
+    """A full state-space search, not truncated by depth or memory."""
+    unreached: list[str] = field(default_factory=list)
+    """Statements of the model the search never executed (apart from end states)."""
+    prop: str = ""
+    """For a counterexample: the property it violates, a, b or c."""
+    assertion: str = ""
+    story: list[str] = field(default_factory=list)
+    """For a counterexample: the trail, one MSC line per step that prints one."""
+    output: str = ""
+
+    @property
+    def ok(self) -> bool:
+        if self.variant.must_fail:
+            return self.errors >= 1 and bool(self.prop)
+        return self.errors == 0 and self.complete and not self.unreached
+
+
+def missing_tools() -> list[str]:
+    return [tool for tool in ("spin", "gcc") if shutil.which(tool) is None]
+
+
+def _run(cmd: Sequence[str], cwd: Path) -> str:
+    done = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True,
+                          timeout=TIMEOUT, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n"
+                           f"{done.stdout}{done.stderr}")
+    return done.stdout + done.stderr
+
+
+def _number(pattern: str, text: str) -> float:
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else -1.0
+
+
+def _unreached(text: str) -> list[str]:
+    """Lines of pan's 'unreached in proctype' report, apart from each process's end."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if re.match(r"\S+\.pml:\d+, state \d+, ", line) and '"-end-"' not in line:
+            out.append(line)
+    return out
+
+
+def _property_of_line(model: str, lineno: int) -> str:
+    """The property a failed assertion belongs to: the '(a)' tag on its model line."""
+    lines = model.splitlines()
+    if 0 < lineno <= len(lines):
+        m = re.search(r"/\* \(([abc])\)", lines[lineno - 1])
+        if m:
+            return m.group(1)
+    return ""
+
+
+def check(variant: Variant, workdir: Path | None = None) -> Result:
+    """Generate, compile and run one variant; replay its trail if it has one."""
+    with tempfile.TemporaryDirectory(prefix="readmission-") as tmp:
+        where = workdir or Path(tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        model = MODEL.read_text()
+        (where / MODEL.name).write_text(model)
+        flags = [f"-D{d}" for d in variant.defines]
+        started = time.monotonic()
+        _run(["spin", *flags, "-a", MODEL.name], where)
+        cflags = ["-O2", "-w", "-DSAFETY"] + (["-DBFS"] if variant.bfs else [])
+        _run(["gcc", *cflags, "-o", "pan", "pan.c"], where)
+        # pan exits non-zero when it finds an error: read its report either way.
+        done = subprocess.run(["./pan", f"-m{MAX_DEPTH}"], cwd=where, capture_output=True,
+                              text=True, timeout=TIMEOUT, check=False)
+        out = done.stdout + done.stderr
+        res = Result(variant, output=out)
+        res.errors = int(_number(r"errors: (\d+)", out))
+        res.states = int(_number(r"(\d+) states, stored", out))
+        res.transitions = int(_number(r"(\d+) transitions \(", out))
+        res.depth = int(_number(r"depth reached (\d+)", out))
+        res.seconds = _number(r"elapsed time ([\d.e+]+) seconds", out)
+        res.complete = ("Full statespace search" in out
+                        and not any(t in out for t in TRUNCATED))
+        if res.errors == 0:
+            res.unreached = _unreached(out)
+        else:
+            trail = _run(["spin", *flags, "-t", MODEL.name], where)
+            res.story = [line.split("MSC: ", 1)[1] for line in trail.splitlines()
+                         if "MSC: " in line]
+            m = re.search(r"\.pml:(\d+), Error: assertion violated", trail)
+            if m:
+                res.prop = _property_of_line(model, int(m.group(1)))
+            m = re.search(r"text of failed assertion: (.*)", trail)
+            res.assertion = m.group(1).strip() if m else ""
+        res.wall = time.monotonic() - started
+        return res
+
+
+def report(res: Result) -> str:
+    v = res.variant
+    head = (f"{v.name}: {v.what}\n"
+            f"  spin {' '.join('-D' + d for d in v.defines) or '(no macro)'}"
+            f"{', breadth-first' if v.bfs else ''}\n"
+            f"  {res.states} states stored, {res.transitions} transitions, depth reached "
+            f"{res.depth}, errors: {res.errors}, search {res.seconds:g} s "
+            f"({res.wall:.1f} s with spin and gcc), "
+            + ("stopped at the counterexample" if res.errors > 0
+               else "complete" if res.complete else "NOT complete"))
+    lines = [head]
+    if res.unreached:
+        lines.append("  unreached statements: " + "; ".join(res.unreached))
+    if res.errors > 0:
+        prop = PROPERTIES.get(res.prop, "?")
+        lines.append(f"  counterexample: ({res.prop or '?'}) {prop}: {res.assertion}")
+        lines.extend(f"    {n:2}. {step}" for n, step in enumerate(res.story, 1))
+    lines.append(f"  => {'as it must' if res.ok else 'WRONG'}"
+                 f" ({'must fail' if v.must_fail else 'must verify'})")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=[v.name for v in VARIANTS], action="append",
+                        help="run only this variant (repeatable)")
+    args = parser.parse_args(argv)
+    missing = missing_tools()
+    if missing:
+        print(f"cannot verify: {' and '.join(missing)} not installed "
+              "(Debian: apt-get install spin gcc)", file=sys.stderr)
+        return 2
+    print(_run(["spin", "-V"], Path.cwd()).strip())
+    ok = True
+    for v in VARIANTS:
+        if args.only and v.name not in args.only:
+            continue
+        res = check(v)
+        print(report(res), flush=True)
+        ok = ok and res.ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
