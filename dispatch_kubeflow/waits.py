@@ -38,15 +38,22 @@ def remaining(deadline: datetime | None) -> float | None:
 
 @asynccontextmanager
 async def within(deadline: datetime | None, what: str) -> AsyncIterator[None]:
-    """Run the block until ``deadline``; past it, raise DeadlineExceeded naming ``what``."""
+    """Run the block until ``deadline``; past it, raise DeadlineExceeded naming ``what``.
+
+    Only this deadline's own expiry becomes DeadlineExceeded. A TimeoutError raised inside
+    the block for any other reason (a request's or a stream's own timeout) is not the
+    caller's deadline and passes through as it is; a DeadlineExceeded of a nested, earlier
+    deadline passes through too.
+    """
     left = remaining(deadline)
     if left is not None and left <= 0:
         raise DeadlineExceeded(f"{what}: the deadline had passed before the call started")
+    timer = asyncio.timeout(left)
     try:
-        async with asyncio.timeout(left):
+        async with timer:
             yield
     except TimeoutError as exc:
-        if isinstance(exc, DeadlineExceeded):
+        if isinstance(exc, DeadlineExceeded) or not timer.expired():
             raise
         raise DeadlineExceeded(f"{what}: the deadline passed") from None
 

@@ -139,7 +139,9 @@ wait_until etcd "$STATE/logs/etcd.log" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/
 
 # --- kube-apiserver ----------------------------------------------------------------------------
 log "starting kube-apiserver"
-start_proc kube-apiserver "$STATE/logs/kube-apiserver.log" "$(resolve_bin kube-apiserver)" \
+# Its command line is kept (NUL-separated) so apiserver.sh can restart it the same way.
+# shellcheck disable=SC2054  # the commas are inside flag values (Node,RBAC)
+apiserver_cmd=("$(resolve_bin kube-apiserver)" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" --etcd-prefix "/dispatch-local" \
   --bind-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
   --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
@@ -152,7 +154,9 @@ start_proc kube-apiserver "$STATE/logs/kube-apiserver.log" "$(resolve_bin kube-a
   --kubelet-client-key "$P/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types InternalIP,Hostname \
   --allow-privileged=true --profiling=false --v 1 \
-  --feature-gates PodLogsQuerySplitStreams=true
+  --feature-gates PodLogsQuerySplitStreams=true)
+printf '%s\0' "${apiserver_cmd[@]}" > "$STATE/kube-apiserver.cmdline"
+start_proc kube-apiserver "$STATE/logs/kube-apiserver.log" "${apiserver_cmd[@]}"
 wait_until kube-apiserver "$STATE/logs/kube-apiserver.log" 90 admin_curl /readyz
 
 # --- controller-manager and scheduler -----------------------------------------------------------

@@ -2,7 +2,21 @@
 
 It speaks JSON dictionaries (the objects as the server sends them), maps error statuses to
 :mod:`dispatch_kubeflow.errors`, counts requests (for the benchmarks), and offers watches
-that survive expiry (410) and stalls by listing again.
+that survive expiry (410), broken streams, stalls and API server restarts by listing again.
+
+Nothing of aiohttp leaves this module: a failure below HTTP is a :class:`~dispatch_kubeflow.
+errors.KubeError` with ``status`` 0 and a ``reason`` that says which kind, decided from the
+exception's type (never its message):
+
+* ``Unreachable``: no answer (refused, reset, TLS or connect timeout, disconnected early);
+* ``StreamBroken``: the answer broke off or went silent while its body was read;
+* ``BadResponse``: the body was not the JSON the server should have sent.
+
+Two connection pools: ordinary requests share one of a fixed size, as before, while streams
+(watches and followed logs, which hold a connection for minutes) each get a connection of
+their own from a second, unlimited pool. So many concurrent watches never queue behind each
+other or behind requests, and no timeout of a stream counts time spent waiting for a
+connection (a stream has no total timeout at all: connect and silence are bounded instead).
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ from typing import Any, Literal
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client import rest as k8s_rest
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.kube.resources import SELF_SUBJECT_ACCESS_REVIEW, Resource
@@ -43,12 +58,29 @@ class WatchEvent:
     items: tuple[Obj, ...] = ()
 
 
+_NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+"""What a request or a read of its body raises when the network or the server fails it
+(aiohttp's ServerTimeoutError, raised by a sock_read timeout, is both a ClientError and a
+TimeoutError)."""
+
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.2, 5.0
+_QUICK_END = 1.0
+"""A watch that ends within this many seconds with no event is backed off from."""
+
+WATCH_GRACE = 30.0
+"""How long past a watch's ``timeoutSeconds`` the server may stay silent before the watch
+counts as stalled (and is opened again from a fresh list)."""
+
+
 class Kube:
     """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
 
-    def __init__(self, api: k8s_client.ApiClient, *, request_timeout: float = 10.0) -> None:
+    def __init__(self, api: k8s_client.ApiClient, *, request_timeout: float = 10.0,
+                 watch_grace: float = WATCH_GRACE) -> None:
         self._api = api
+        self._streams: Any = None  # the RESTClientObject of streams, made on first use
         self.request_timeout = request_timeout
+        self.watch_grace = watch_grace
         self.requests = 0
         """How many requests were sent (benchmarks read it)."""
 
@@ -80,7 +112,18 @@ class Kube:
         return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
 
     async def close(self) -> None:
-        await self._api.close()
+        try:
+            if self._streams is not None:
+                await self._streams.close()
+        finally:
+            await self._api.close()
+
+    def _stream_client(self) -> Any:
+        """The client of long-lived streams: same TLS, auth and proxy, no connection limit
+        (``maxsize=0``), so a stream never waits for another one to end."""
+        if self._streams is None:
+            self._streams = k8s_rest.RESTClientObject(self._api.configuration, maxsize=0)
+        return self._streams
 
     async def __aenter__(self) -> Kube:
         return self
@@ -112,28 +155,42 @@ class Kube:
         if timeout is None:
             timeout = self.request_timeout
         self.requests += 1
+        client = self._stream_client() if stream else self._api.rest_client
         try:
-            resp = await self._api.rest_client.request(
+            resp = await client.request(
                 method, url, query_params=params,  # type: ignore[arg-type]  # urlencode takes pairs
                 headers=headers, body=body,
                 _preload_content=False, _request_timeout=timeout,
             )
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except _NETWORK_ERRORS as exc:
             raise errors.KubeError(f"{method} {path}: {exc!r}", status=0,
                                    reason="Unreachable") from exc
-        if not 200 <= resp.status <= 299:
+        ok = 200 <= resp.status <= 299
+        if ok and stream:
+            return resp
+        try:
             raw = await resp.read()
-            resp.release()
+        except _NETWORK_ERRORS as exc:
+            resp.close()  # broken mid-body: never reuse the connection
+            raise errors.KubeError(f"{method} {path}: reading the answer failed: {exc!r}",
+                                   status=0, reason="StreamBroken") from exc
+        except BaseException:
+            resp.close()
+            raise
+        resp.release()
+        if not ok:
             try:
                 status_body = json.loads(raw) if raw else {}
             except ValueError:
                 status_body = {"message": raw.decode(errors="replace")}
+            if not isinstance(status_body, dict):
+                status_body = {"message": raw.decode(errors="replace")}
             raise errors.kube_error(resp.status, status_body, f"{method} {path}")
-        if stream:
-            return resp
-        raw = await resp.read()
-        resp.release()
-        return json.loads(raw) if raw else {}
+        try:
+            return json.loads(raw) if raw else {}
+        except ValueError as exc:
+            raise errors.KubeError(f"{method} {path}: the answer is not JSON: {exc}",
+                                   status=0, reason="BadResponse") from exc
 
     # --- verbs ---------------------------------------------------------------------------
     async def get(self, res: Resource, name: str, namespace: str | None = None,
@@ -220,22 +277,39 @@ class Kube:
                     resource_version: str = "", label_selector: str | None = None,
                     field_selector: str | None = None,
                     timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
-        """Raw watch from a resourceVersion. Raises KubeGone when it expired."""
+        """Raw watch from a resourceVersion. Raises KubeGone when it expired.
+
+        Ends when the server ends the watch (after ``timeout_seconds``). A stream that
+        breaks, or stays silent ``watch_grace`` seconds past ``timeout_seconds`` (a stall),
+        raises KubeError (status 0, reason ``StreamBroken``); an undecodable event raises
+        KubeError (status 0, ``BadResponse``). No timeout counts time spent waiting for a
+        connection: connecting is bounded by the request timeout, the stream by silence.
+        """
+        path = res.path(namespace)
         resp = await self._send(
-            "GET", res.path(namespace), stream=True,
+            "GET", path, stream=True,
             query={"watch": "true", "resourceVersion": resource_version or None,
                    "allowWatchBookmarks": "true", "labelSelector": label_selector,
                    "fieldSelector": field_selector, "timeoutSeconds": timeout_seconds},
-            timeout=aiohttp.ClientTimeout(total=timeout_seconds + 30,
-                                          sock_read=timeout_seconds + 30),
+            timeout=aiohttp.ClientTimeout(total=None, connect=None,
+                                          sock_connect=self.request_timeout,
+                                          sock_read=timeout_seconds + self.watch_grace),
         )
+        ended = False
         try:
             while True:
-                line = await resp.content.readline()
+                try:
+                    line = await resp.content.readline()
+                except _NETWORK_ERRORS as exc:
+                    raise errors.KubeError(f"watch GET {path}: the stream broke: {exc!r}",
+                                           status=0, reason="StreamBroken") from exc
                 if not line:
+                    ended = True
                     return
-                ev = json.loads(line)
-                typ, obj = ev.get("type", ""), ev.get("object") or {}
+                if not line.strip():
+                    continue
+                ev = _event(line, path)
+                typ, obj = ev["type"], ev["object"]
                 if typ == "ERROR":
                     raise errors.kube_error(int(obj.get("code") or 500), obj, "watch error")
                 if typ == "BOOKMARK":
@@ -244,30 +318,48 @@ class Kube:
                 obj.setdefault("kind", res.kind)
                 yield WatchEvent(typ, obj)
         finally:
-            resp.release()
+            if ended:
+                resp.release()  # read to its end: the connection may serve again
+            else:
+                resp.close()  # broken, stalled or abandoned mid-stream: never reuse it
 
     async def observe(self, res: Resource, namespace: str | None = None, *,
                       label_selector: str | None = None,
                       field_selector: str | None = None,
                       timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
-        """List, then watch; yields a SYNC event with every list and re-lists on 410.
+        """List, then watch; yields a SYNC event with every list.
 
-        The stream never ends by itself: cancel the consumer to stop it.
+        Lists again (and yields SYNC) after a 410, and, with a back-off of 0.2 s doubling
+        to 5 s, after any other failure of the list or the watch: the server unreachable or
+        restarting, a broken or stalled stream, an error status. Only 401, 403 and 404 end
+        it (raised). The stream never ends by itself otherwise: cancel the consumer.
         """
-        backoff = 0.2
+        backoff = _BACKOFF_FIRST
         while True:
             try:
                 items, rv = await self.list(res, namespace, label_selector=label_selector,
                                             field_selector=field_selector)
                 yield WatchEvent("SYNC", {}, tuple(items))
-                backoff = 0.2
                 while True:
+                    loop = asyncio.get_running_loop()
+                    began, seen = loop.time(), 0
                     async for ev in self.watch(res, namespace, resource_version=rv,
                                                label_selector=label_selector,
                                                field_selector=field_selector,
                                                timeout_seconds=timeout_seconds):
                         rv = str(ev.object.get("metadata", {}).get("resourceVersion", rv))
+                        seen += 1
+                        backoff = _BACKOFF_FIRST  # the server is answering again
                         yield ev
+                    if not seen and loop.time() - began >= _QUICK_END:
+                        backoff = _BACKOFF_FIRST  # a quiet watch that ran its course
+                    elif not seen:
+                        # Ended at once with nothing: a server shutting down, or one that
+                        # cuts watches short. Back off rather than spin.
+                        log.debug("watch of %s ended at once; again in %.1fs",
+                                  res.plural, backoff)
+                        await asyncio.sleep(backoff)
+                        backoff = min(backoff * 2, _BACKOFF_MAX)
             except errors.KubeGone:
                 log.debug("watch of %s expired; listing again", res.plural)
             except errors.KubeError as exc:
@@ -275,7 +367,7 @@ class Kube:
                     raise
                 log.warning("watch of %s failed: %s; retrying in %.1fs", res.plural, exc, backoff)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, _BACKOFF_MAX)
 
     # --- special endpoints ---------------------------------------------------------------
     async def served_versions(self, group: str) -> builtins.list[str]:
@@ -310,7 +402,7 @@ class Kube:
             else self.request_timeout,
         )
         try:
-            async for chunk in resp.content.iter_any():
+            async for chunk in _chunks_of(resp, f"GET pod log {namespace}/{name}"):
                 yield chunk
         finally:
             resp.release()
@@ -344,13 +436,40 @@ class ByteStream:
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._resp.content.iter_any():
+            async for chunk in _chunks_of(self._resp, "GET pod log"):
                 yield chunk
         finally:
             self._resp.release()
 
     async def aclose(self) -> None:
         self._resp.release()
+
+
+async def _chunks_of(resp: Any, what: str) -> AsyncIterator[bytes]:
+    """A streaming body's chunks; a break or stall while reading is KubeError StreamBroken."""
+    while True:
+        try:
+            chunk: bytes = await resp.content.readany()
+        except _NETWORK_ERRORS as exc:
+            raise errors.KubeError(f"{what}: the stream broke: {exc!r}", status=0,
+                                   reason="StreamBroken") from exc
+        if not chunk:
+            return
+        yield chunk
+
+
+def _event(line: bytes, path: str) -> dict[str, Any]:
+    """One line of a watch stream as {"type": str, "object": dict}; KubeError if it is not."""
+    try:
+        ev = json.loads(line)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise errors.KubeError(f"watch GET {path}: an event is not JSON: {exc}",
+                               status=0, reason="BadResponse") from exc
+    if not (isinstance(ev, dict) and isinstance(ev.get("type"), str)
+            and isinstance(ev.get("object") or {}, dict)):
+        raise errors.KubeError(f"watch GET {path}: an event is not a watch event: "
+                               f"{line[:200]!r}", status=0, reason="BadResponse")
+    return {"type": ev["type"], "object": ev.get("object") or {}}
 
 
 def _q(v: Any) -> str:

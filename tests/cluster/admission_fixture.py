@@ -1,7 +1,8 @@
 """The ``admission`` fixture: the admission controller as host processes on the test cluster.
 
 Registered as a pytest plugin by tests/conftest.py. Every replica listens on the webhook
-address the MutatingWebhookConfiguration names (127.0.0.1:9443, shared with SO_REUSEPORT)
+address the MutatingWebhookConfiguration names (127.0.0.1:9443, or $DISPATCH_TEST_WEBHOOK;
+shared with SO_REUSEPORT)
 and serves with the shared TLS Secret, so any live replica answers the API server, as
 endpoints behind a Service would. A controller started by ``deploy/local/admission.sh`` is
 paused for the session and started again afterwards.
@@ -36,7 +37,8 @@ from dispatch_kubeflow.kube import resources as r
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy/local/admission.sh"
-WEBHOOK = "127.0.0.1:9443"
+# Another cluster on this machine needs a webhook address of its own.
+WEBHOOK = os.environ.get("DISPATCH_TEST_WEBHOOK", "127.0.0.1:9443")
 TLS_SECRET = "dispatch-admission-tls"
 RESOURCE_FLAVOR = r.Resource(names.KUEUE_GROUP, names.KUEUE_VERSION, "resourceflavors",
                              "ResourceFlavor", namespaced=False)

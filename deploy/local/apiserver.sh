@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Stop, start or restart a local cluster's kube-apiserver: apiserver.sh COMMAND NAME [SECONDS]
+#
+# For tests of what survives an API server restart. The apiserver is started again with the
+# very command line up.sh started it with (kept in $STATE/kube-apiserver.cmdline; for a
+# cluster started before up.sh kept it, read from the running process), so ports come from
+# that command line, not from the environment. etcd and everything else keep running.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+
+usage() {
+  cat >&2 <<EOF
+usage: $0 COMMAND NAME [SECONDS]
+  restart NAME [SECONDS]  stop the apiserver, stay down SECONDS (default 0), start it
+                          again and wait until /readyz answers
+  stop NAME               stop it (TERM, then KILL after 30 s)
+  start NAME              start it (when stopped) and wait until /readyz answers
+  status NAME             exit 0 when it runs and is ready
+EOF
+  exit 2
+}
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then usage; fi
+command=$1 name=$2 down=${3:-0}
+[[ $name =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || usage
+[[ $down =~ ^[0-9]+(\.[0-9]+)?$ ]] || usage
+cluster_dirs "$name"
+[ -d "$STATE" ] || die "no cluster $name (no $STATE)"
+CMDLINE=$STATE/kube-apiserver.cmdline
+LOGF=$STATE/logs/kube-apiserver.log
+
+load_cmdline() { # sets CMD (the command line) and APISERVER_PORT (from --secure-port)
+  if [ ! -s "$CMDLINE" ]; then
+    proc_alive kube-apiserver || die "cluster $name: no $CMDLINE and no running apiserver to read it from"
+    cp "/proc/$(cat "$STATE/pids/kube-apiserver")/cmdline" "$CMDLINE.tmp"
+    mv "$CMDLINE.tmp" "$CMDLINE"
+  fi
+  mapfile -d '' -t CMD < "$CMDLINE"
+  local i
+  APISERVER_PORT=
+  for i in "${!CMD[@]}"; do
+    if [ "${CMD[$i]}" = --secure-port ]; then APISERVER_PORT=${CMD[$((i + 1))]}; fi
+  done
+  [ -n "$APISERVER_PORT" ] || die "cluster $name: no --secure-port in $CMDLINE"
+}
+
+stop_apiserver() {
+  if ! proc_alive kube-apiserver; then
+    log "cluster $name: kube-apiserver is not running"
+    rm -f "$STATE/pids/kube-apiserver"
+    return 0
+  fi
+  local pid
+  pid=$(cat "$STATE/pids/kube-apiserver")
+  log "cluster $name: stopping kube-apiserver (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + 30))
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+    sleep 0.1
+  done
+  rm -f "$STATE/pids/kube-apiserver"
+}
+
+start_apiserver() {
+  if proc_alive kube-apiserver; then
+    log "cluster $name: kube-apiserver is running already"
+  else
+    local deadline=$((SECONDS + 15))
+    until port_free "$APISERVER_PORT"; do
+      [ $SECONDS -lt $deadline ] || die "cluster $name: port 127.0.0.1:$APISERVER_PORT stays in use"
+      sleep 0.1
+    done
+    log "cluster $name: starting kube-apiserver on 127.0.0.1:$APISERVER_PORT"
+    start_proc kube-apiserver "$LOGF" "${CMD[@]}"
+  fi
+  wait_until kube-apiserver "$LOGF" 90 admin_curl /readyz
+  log "cluster $name: kube-apiserver is ready"
+}
+
+case $command in
+  restart)
+    [ "$(id -u)" = 0 ] || die "must run as root (the apiserver runs as root)"
+    load_cmdline
+    stop_apiserver
+    sleep "$down"
+    start_apiserver
+    ;;
+  stop)
+    [ "$(id -u)" = 0 ] || die "must run as root (the apiserver runs as root)"
+    load_cmdline  # kept before it stops, for start
+    stop_apiserver
+    ;;
+  start)
+    [ "$(id -u)" = 0 ] || die "must run as root (the apiserver runs as root)"
+    load_cmdline
+    start_apiserver
+    ;;
+  status)
+    load_cmdline
+    proc_alive kube-apiserver && admin_curl /readyz >/dev/null
+    ;;
+  *) usage ;;
+esac

@@ -1,0 +1,172 @@
+"""Watches survive: an API server restart, and many concurrent waits through one Backend.
+
+The restart tests stop and start the test cluster's kube-apiserver with
+``deploy/local/apiserver.sh restart NAME`` (NAME: ``$DISPATCH_TEST_CLUSTER``, as in
+tests/conftest.py), so they need the local cluster and root; with ``$KUBECONFIG`` naming
+another cluster they are skipped. They restart the apiserver of the cluster they run on:
+run them on a cluster of your own, not one others are testing on at the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dispatch_kubeflow import Backend, JobID, ObjectState, Observation, StartRequest, errors
+from dispatch_kubeflow.kube import Kube
+from tests.cluster.admission_fixture import AdmissionHandle, dump_logs
+from tests.cluster.helpers import eventually
+from tests.cluster.test_adapter_kueue import spec
+from tests.cluster.test_adapter_plain import plain, state_is
+from tests.cluster.test_admission_cluster import dispatch_job, ns, wait_ready
+from tests.conftest import LOCAL_CLUSTER, REPO
+
+pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
+__all__ = ["ns", "plain"]  # fixtures, imported to be used here
+
+APISERVER_SH = REPO / "deploy/local/apiserver.sh"
+STATE_ROOT = Path(os.environ.get("DISPATCH_STATE_ROOT", "/var/lib/dispatch-local"))
+DOWN_SECONDS = 3
+"""How long the apiserver stays stopped in a restart (then it takes a while to start)."""
+END = (ObjectState.SUCCEEDED, ObjectState.FAILED)
+
+
+def _server_and_ca(kubeconfig: Path) -> tuple[str, str]:
+    cfg = yaml.safe_load(kubeconfig.read_text())
+    ctx_name = cfg.get("current-context")
+    ctx = next(c["context"] for c in cfg.get("contexts") or [] if c["name"] == ctx_name)
+    cluster = next(c["cluster"] for c in cfg.get("clusters") or []
+                   if c["name"] == ctx["cluster"])
+    return str(cluster.get("server")), str(cluster.get("certificate-authority-data"))
+
+
+@pytest.fixture
+def restartable(kubeconfig: str) -> str:
+    """The local cluster's name, when the test cluster is it and we may restart it."""
+    admin = STATE_ROOT / LOCAL_CLUSTER / "admin.kubeconfig"
+    if not admin.exists():
+        pytest.skip(f"the test cluster is not a local one: no local cluster {LOCAL_CLUSTER} "
+                    f"({admin} is missing), so its apiserver cannot be restarted from here; "
+                    "set DISPATCH_TEST_CLUSTER to the local cluster KUBECONFIG names")
+    if _server_and_ca(Path(kubeconfig)) != _server_and_ca(admin):
+        pytest.skip(f"KUBECONFIG {kubeconfig} names a cluster other than the local cluster "
+                    f"{LOCAL_CLUSTER}: its apiserver cannot be restarted from here")
+    if os.geteuid() != 0:
+        pytest.skip("restarting the local cluster's apiserver needs root")
+    return LOCAL_CLUSTER
+
+
+async def restart_apiserver(name: str) -> float:
+    """Stop the apiserver, keep it down a moment, start it, wait for /readyz. Seconds taken."""
+    began = time.monotonic()
+    done = await asyncio.to_thread(
+        subprocess.run, [str(APISERVER_SH), "restart", name, str(DOWN_SECONDS)],
+        capture_output=True, text=True, check=False, timeout=180)
+    assert done.returncode == 0, f"apiserver.sh restart {name} failed:\n{done.stderr}"
+    return time.monotonic() - began
+
+
+def watch_retries(caplog: pytest.LogCaptureFixture) -> int:
+    return sum(1 for rec in caplog.records
+               if rec.name == "dispatch_kubeflow.kube.transport"
+               and rec.levelno == logging.WARNING)
+
+
+async def dispatch_job_patiently(kube: Kube, ns: str, command: str) -> str:
+    """dispatch_job, again while Trainer's webhook has not seen the runtime copy: after an
+    apiserver restart (and on a loaded machine) its cache may lag longer than
+    create_trainjob waits. Returns the TrainJob's name."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            _, name = await dispatch_job(kube, ns, command, nodes=1)
+            return name
+        except errors.KubeForbidden as exc:
+            if "not found" not in str(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(2)
+
+
+async def test_a_wait_returns_the_state_reached_across_an_apiserver_restart(
+        restartable: str, plain: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "dispatch_kubeflow")
+    job = JobID.new()
+    ref = await plain.start(StartRequest(job, 1, 1, spec(1, "sleep 40; echo done")))
+    await plain.open(ref)
+    await eventually(lambda: state_is(plain, ref, ObjectState.RUNNING), 180, "running")
+    deadline = datetime.now(UTC) + timedelta(minutes=10)
+    waiter = asyncio.create_task(plain.wait(ref, *END, deadline=deadline))
+    try:
+        await asyncio.sleep(1)  # the wait's watches are open
+        took = await restart_apiserver(restartable)
+        logging.getLogger(__name__).warning("apiserver restart took %.1fs", took)
+        obs: Observation = await asyncio.wait_for(waiter, 300)
+        assert obs.state is ObjectState.SUCCEEDED, obs
+        assert watch_retries(caplog) > 0, "the restart never broke the wait's watches"
+    finally:
+        waiter.cancel()
+        await plain.stop_job(job, "done")
+
+
+async def test_the_controller_approves_an_admission_after_an_apiserver_restart(
+        restartable: str, kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    admission.start()
+    await admission.wait_leader(kube)
+    first = await dispatch_job_patiently(kube, ns, "echo first")
+    await wait_ready(kube, ns, first)
+
+    await restart_apiserver(restartable)
+    # The Lease may have lapsed while the apiserver was away: a replica takes it again.
+    await admission.wait_leader(kube, limit=60)
+    second = await dispatch_job_patiently(kube, ns, "echo second")
+    try:
+        await wait_ready(kube, ns, second, limit=120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{dump_logs(admission)}") from None
+    assert all(rep.alive() for rep in admission.replicas), dump_logs(admission)
+
+
+WAITS = int(os.environ.get("DISPATCH_TEST_CONCURRENT_WAITS", "150"))
+RUN_SECONDS = 100
+"""The jobs run longer than a watch's old total timeout (60 + 30 s), which counted the time
+a watch queued for one of the pool's 100 connections, so waits beyond ~33 failed then."""
+
+
+async def test_many_concurrent_waits_never_end_before_their_deadline(
+        plain: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "dispatch_kubeflow")
+    jobs = [JobID.new() for _ in range(2)]
+    refs = [await plain.start(StartRequest(j, 1, 1, spec(1, f"sleep {RUN_SECONDS}; echo ok")))
+            for j in jobs]
+    deadline = datetime.now(UTC) + timedelta(minutes=15)
+    began = time.monotonic()
+    waits = [asyncio.create_task(plain.wait(refs[i % len(refs)], *END, deadline=deadline))
+             for i in range(WAITS)]
+    try:
+        await asyncio.sleep(2)  # every wait is watching
+        for ref in refs:
+            await plain.open(ref)
+        results = await asyncio.gather(*waits, return_exceptions=True)
+        took = time.monotonic() - began
+        failed = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+        assert not failed, (f"{len(failed)} of {WAITS} waits raised after {took:.0f}s, "
+                            f"first: {failed[0]}; {watch_retries(caplog)} watch retries")
+        states = {r.state for r in results if isinstance(r, Observation)}
+        assert states == {ObjectState.SUCCEEDED}, states
+        assert took > RUN_SECONDS
+        logging.getLogger(__name__).warning(
+            "%d waits returned after %.0fs; %d watch retries", WAITS, took,
+            watch_retries(caplog))
+    finally:
+        for w in waits:
+            w.cancel()
+        for j in jobs:
+            await plain.stop_job(j, "done")
