@@ -245,14 +245,17 @@ class Kube:
 
     async def patch(self, res: Resource, name: str, patch: Any, namespace: str | None = None,
                     *, kind: PatchKind = "merge", subresource: str | None = None,
-                    field_manager: str | None = None, force: bool = False) -> Obj:
-        """PATCH with the given content type. ``apply`` is server-side apply."""
+                    field_manager: str | None = None, force: bool = False,
+                    dry_run: bool = False) -> Obj:
+        """PATCH with the given content type. ``apply`` is server-side apply; ``dry_run``
+        runs every admission step and persists nothing."""
         if kind == "apply" and not field_manager:
             raise ValueError("server-side apply needs a field manager")
         obj: Obj = await self._send(
             "PATCH", res.path(namespace, name, subresource), body=patch,
             content_type=_CONTENT_TYPES[kind],
-            query={"fieldManager": field_manager, "force": "true" if force else None},
+            query={"fieldManager": field_manager, "force": "true" if force else None,
+                   "dryRun": "All" if dry_run else None},
         )
         return obj
 

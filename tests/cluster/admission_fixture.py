@@ -29,11 +29,13 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
-from dispatch_kubeflow import errors
+from dispatch_kubeflow import errors, preflight
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
+from tests.cluster.helpers import token_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy/local/admission.sh"
@@ -185,13 +187,24 @@ LOCK = Path(os.environ.get("DISPATCH_ADMISSION_TEST_LOCK", "/tmp/dispatch-admiss
 
 
 @pytest.fixture
-def admission(kubeconfig: str, _host_controller_paused: None, admission_base: None,
-              tmp_path: Path) -> Iterator[AdmissionHandle]:
+def _admission_turn() -> Iterator[None]:
     # One Lease and one webhook address per cluster: test runs of several processes on one
     # cluster would take each other's leadership, so they take turns (a file lock).
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        handle = AdmissionHandle(kubeconfig=kubeconfig, state=tmp_path)
+        yield
+
+
+@pytest_asyncio.fixture
+async def admission(kubeconfig: str, kube: Kube, _host_controller_paused: None,
+                    admission_base: None, _admission_turn: None,
+                    tmp_path: Path) -> AsyncIterator[AdmissionHandle]:
+    # Only the controller may write A in Kueue mode, and the tests' library is the admin:
+    # the replicas log in as the controller's ServiceAccount, as in a cluster.
+    await ensure_controller_identity(kube)
+    path = await controller_kubeconfig(kube, kubeconfig, tmp_path / "controller.kubeconfig")
+    handle = AdmissionHandle(kubeconfig=path, state=tmp_path)
+    async with a_write_policy(kube):
         try:
             yield handle
         finally:
@@ -203,3 +216,141 @@ def dump_logs(handle: AdmissionHandle) -> str:
 
 
 Obj = dict[str, Any]
+
+
+# --- the controller's identity, and who may write A -------------------------------------------
+
+MANIFESTS = REPO / "deploy/admission"
+FIXTURE_MANAGER = "dispatch-admission-fixture"
+_RBAC, _REG = "rbac.authorization.k8s.io", "admissionregistration.k8s.io"
+KINDS: dict[str, r.Resource] = {
+    "ServiceAccount": r.Resource("", "v1", "serviceaccounts", "ServiceAccount"),
+    "ConfigMap": r.Resource("", "v1", "configmaps", "ConfigMap"),
+    "Role": r.Resource(_RBAC, "v1", "roles", "Role"),
+    "RoleBinding": r.Resource(_RBAC, "v1", "rolebindings", "RoleBinding"),
+    "ClusterRole": r.Resource(_RBAC, "v1", "clusterroles", "ClusterRole", namespaced=False),
+    "ClusterRoleBinding": r.Resource(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding",
+                                     namespaced=False),
+    "MutatingWebhookConfiguration": r.Resource(
+        _REG, "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
+        namespaced=False),
+    "ValidatingAdmissionPolicy": r.Resource(
+        _REG, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy",
+        namespaced=False),
+    "ValidatingAdmissionPolicyBinding": r.Resource(
+        _REG, "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding",
+        namespaced=False),
+}
+A_POLICY_FILE = "admission-count-policy.yaml"
+
+
+def manifest(file: str) -> list[Obj]:
+    """The documents of one file of deploy/admission, as written (no kustomize)."""
+    return [d for d in yaml.safe_load_all((MANIFESTS / file).read_text()) if d]
+
+
+def located(doc: Obj) -> tuple[r.Resource, str, str | None]:
+    res = KINDS[doc["kind"]]
+    return res, doc["metadata"]["name"], doc["metadata"].get("namespace") if res.namespaced \
+        else None
+
+
+async def ensure_controller_identity(kube: Kube) -> None:
+    """The controller's ServiceAccount and RBAC (server-side apply: idempotent), and its
+    webhook configuration when there is none: the controller may only get and update it."""
+    for doc in manifest("serviceaccount.yaml") + manifest("rbac.yaml"):
+        res, name, ns = located(doc)
+        await kube.patch(res, name, doc, ns, kind="apply", field_manager=FIXTURE_MANAGER,
+                         force=True)
+    for doc in manifest("webhook.yaml"):
+        # Created, never applied over: a host controller points it at a URL, and the
+        # manifest's Service reference applied over that would hold both.
+        res, _, _ = located(doc)
+        with contextlib.suppress(errors.KubeConflict):
+            await kube.create(res, doc)
+
+
+async def controller_kubeconfig(kube: Kube, admin_kubeconfig: str, path: Path,
+                                seconds: int = 7200) -> str:
+    """A kubeconfig holding a token of the controller's ServiceAccount (TokenRequest)."""
+    sa = manifest("serviceaccount.yaml")[0]["metadata"]
+    issued = await kube.create(
+        KINDS["ServiceAccount"], {"apiVersion": "authentication.k8s.io/v1",
+                                  "kind": "TokenRequest", "spec": {"expirationSeconds": seconds}},
+        sa["namespace"], name=sa["name"], subresource="token")
+    return token_kubeconfig(admin_kubeconfig, issued["status"]["token"], path)
+
+
+async def username(kube: Kube) -> str:
+    review = await kube.create(preflight.SELF_SUBJECT_REVIEW, {})
+    return str(review["status"]["userInfo"]["username"])
+
+
+def a_policy_docs(library_user: str) -> list[Obj]:
+    """The policy, its bindings and their ConfigMaps as the local cluster has them: the
+    plain-mode list names the tests' library (the admin), the Kueue-mode one is as shipped.
+    ConfigMaps first and bindings last: a binding without its ConfigMap refuses every write."""
+    docs = manifest(A_POLICY_FILE)
+    for d in docs:
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == preflight.a_binding(False):
+            d["data"] = {"writers": f"{library_user}\n"}
+    order = ["ConfigMap", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    return sorted(docs, key=lambda d: order.index(d["kind"]))
+
+
+A_PROBE = "dispatch-a-policy-probe"
+
+
+def a_probe(queued: bool) -> Obj:
+    """A TrainJob with A, for dry-run creates in ``default`` (never persisted)."""
+    return {"metadata": {"name": A_PROBE, "annotations": {names.ADMISSION_COUNT: "1"},
+                         "labels": {names.QUEUE_NAME_LABEL: "lq"} if queued else {}},
+            "spec": {"runtimeRef": {"apiGroup": names.TRAINER_GROUP,
+                                    "kind": names.KIND_CLUSTER_TRAINING_RUNTIME,
+                                    "name": "dispatch-kind"}, "suspend": True}}
+
+
+async def wait_a_policy_in_force(kube: Kube, limit: float = 30) -> None:
+    """The API server takes up a new policy, binding or ConfigMap a moment later: wait until
+    the admin's dry-run create of a queued TrainJob with A is refused by the policy, and of
+    an unqueued one admitted (the admin is the plain-mode library)."""
+    seen: list[str] = []
+
+    async def in_force() -> bool:
+        answers: list[errors.KubeError | None] = []
+        for queued in (True, False):
+            try:
+                await kube.create(r.TRAINJOB, a_probe(queued), "default", dry_run=True)
+                answers.append(None)
+            except errors.KubeError as exc:
+                answers.append(exc)
+        seen[:] = [str(a) for a in answers]
+        queued_refusal, plain_refusal = answers
+        return (queued_refusal is not None and plain_refusal is None
+                and preflight.refused_by_policy(queued_refusal, A_PROBE))
+
+    deadline = time.monotonic() + limit
+    while not await in_force():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the A-write policy not in force within {limit}s: {seen}")
+        await asyncio.sleep(0.2)
+
+
+@contextlib.asynccontextmanager
+async def a_write_policy(kube: Kube) -> AsyncIterator[None]:
+    """deploy/admission's A-write policy in force while the caller runs. What this made is
+    deleted afterwards, bindings first; what existed before is left (admission.sh's)."""
+    made: list[tuple[r.Resource, str, str | None]] = []
+    try:
+        for doc in a_policy_docs(await username(kube)):
+            res, name, ns = located(doc)
+            try:
+                await kube.create(res, doc, ns)
+                made.append((res, name, ns))
+            except errors.KubeConflict:
+                pass
+        await wait_a_policy_in_force(kube)
+        yield
+    finally:
+        for res, name, ns in reversed(made):
+            await kube.delete(res, name, ns)

@@ -22,18 +22,22 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from dispatch_kubeflow import errors
+from dispatch_kubeflow import errors, preflight
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube import resources as r
-from tests.cluster.admission_fixture import AdmissionHandle, dump_logs
+from tests.cluster.admission_fixture import (
+    KINDS,
+    AdmissionHandle,
+    controller_kubeconfig,
+    dump_logs,
+)
 from tests.cluster.helpers import (
     delete_cluster_queue,
     eventually,
     is_true,
     make_queues,
     pod_log,
-    token_kubeconfig,
 )
 from tests.cluster.test_admission_cluster import (
     SLOW_TERM,
@@ -64,6 +68,9 @@ RESOURCES: dict[str, Resource] = {
     "MutatingWebhookConfiguration": Resource(
         "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
         "MutatingWebhookConfiguration", namespaced=False),
+    # Who may write A (admission-count-policy.yaml).
+    **{k: KINDS[k] for k in ("ConfigMap", "ValidatingAdmissionPolicy",
+                             "ValidatingAdmissionPolicyBinding")},
 }
 IDENTITY_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
@@ -122,7 +129,9 @@ async def test_manifests_are_accepted_by_the_api_server(kubeconfig: str, kube: K
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding",
                             "ClusterRoleBinding", "Service", "Deployment", "AdmissionCheck",
-                            "MutatingWebhookConfiguration"])
+                            "MutatingWebhookConfiguration", "ConfigMap", "ConfigMap",
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                            "ValidatingAdmissionPolicyBinding"])
     before = {(d["kind"], d["metadata"]["name"]): await exists(kube, d)
               for d in docs if d["kind"] in RESOURCES}
 
@@ -242,12 +251,11 @@ async def test_controller_works_with_only_its_rbac(
         kubeconfig: str, kube: Kube, identity_applied: list[Obj], queued_ns: str,
         tmp_path: Path) -> None:
     sa = one(identity_applied, "ServiceAccount")["metadata"]
-    issued = await kube.create(
-        RESOURCES["ServiceAccount"], {"apiVersion": "authentication.k8s.io/v1",
-                                      "kind": "TokenRequest",
-                                      "spec": {"expirationSeconds": 3600}},
-        sa["namespace"], name=sa["name"], subresource="token")
-    path = token_kubeconfig(kubeconfig, issued["status"]["token"], tmp_path / "sa.yaml")
+    path = await controller_kubeconfig(kube, kubeconfig, tmp_path / "sa.yaml", seconds=3600)
+    async with await Kube.connect(kubeconfig=path) as as_sa:
+        who = await as_sa.create(preflight.SELF_SUBJECT_REVIEW, {})
+        assert who["status"]["userInfo"]["username"] == \
+            f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
     async with await Kube.connect(kubeconfig=path) as as_sa:
         allowed, _ = await as_sa.access_review("delete", "pods", namespace=queued_ns)
         assert not allowed, "the token must carry the ServiceAccount's rights, not an admin's"
