@@ -50,6 +50,7 @@ cluster-down:
 
 docs: venv
 	$(PY) docs/gen_config_reference.py --check
+	$(PY) docs/capture_kubectl.py --check
 	$(VENV)/bin/mkdocs build --strict
 
 ## bench: the local cluster's numbers (its own cluster), then the adapter's against

@@ -1,7 +1,7 @@
 """dispatch-kubeflow: run dispatch jobs on Kubernetes as Kubeflow Trainer TrainJobs.
 
 Open a backend from its settings section, start jobs closed, open them, inspect, hold,
-release, read their output and stop them::
+release, read their output and stop them; list a namespace's jobs and read their Events::
 
     from dispatch_kubeflow import AdapterConfig, open_backend
 
@@ -26,6 +26,8 @@ from dispatch_kubeflow.errors import (
     SpecError,
     UnsupportedError,
 )
+from dispatch_kubeflow.events import JobEvent
+from dispatch_kubeflow.jobs import JobInfo
 from dispatch_kubeflow.model import (
     KIND_CLUSTER_TRAINING_RUNTIME,
     KIND_TRAINING_RUNTIME,
@@ -46,6 +48,7 @@ from dispatch_kubeflow.model import (
     ObjectState,
     Observation,
     OutputStream,
+    ReleaseOutcome,
     RuntimeRef,
     StartRequest,
     StopReport,
@@ -75,7 +78,9 @@ __all__ = [
     "HoldError",
     "HoldMeta",
     "Image",
+    "JobEvent",
     "JobID",
+    "JobInfo",
     "JobSpec",
     "KubeError",
     "LogStream",
@@ -85,6 +90,7 @@ __all__ = [
     "Observation",
     "ObserveOnlyError",
     "OutputStream",
+    "ReleaseOutcome",
     "RuntimeRef",
     "Settings",
     "SettingsError",

@@ -8,36 +8,57 @@ Open one with :func:`dispatch_kubeflow.open_backend` (``AdapterConfig("kubeflow"
 
 When a capability is no or unknown the backend is observe-only: :meth:`Backend.start`,
 :meth:`Backend.open` and :meth:`Backend.release` raise ObserveOnlyError carrying the
-reasons; inspect, find, output, hold and stop_job still work.
+reasons; inspect, jobs, events, find, output, hold and stop_job still work. A backend
+opened with ``preflight=False`` (a tool that only looks) skips the preflight and is
+observe-only from the start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from dispatch_kubeflow import errors, gate, hold, output, preflight, start, state, stop
+from dispatch_kubeflow import (
+    errors,
+    events,
+    gate,
+    hold,
+    jobs,
+    output,
+    preflight,
+    start,
+    state,
+    stop,
+)
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.events import JobEvent
+from dispatch_kubeflow.jobs import JobInfo
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import (
     Capability,
+    CapabilitySource,
     CapabilityStatus,
+    CapabilityValue,
     HoldMeta,
     JobID,
     ObjectRef,
     ObjectState,
     Observation,
     OutputStream,
+    ReleaseOutcome,
     StartRequest,
     StopReport,
     as_job_id,
 )
 from dispatch_kubeflow.output import LogStream
+from dispatch_kubeflow.preflight import run as run_preflight
 from dispatch_kubeflow.registry import AdapterConfig, register
 from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.waits import Watched, deadline_after, wait_for_all, within
@@ -65,23 +86,29 @@ class Backend:
     # --- opening and closing --------------------------------------------------------------
     @classmethod
     async def connect(cls, settings: Settings | bytes | str | Mapping[str, Any], *,
-                      kube: Kube | None = None) -> Backend:
-        """Validate the settings, connect (unless ``kube`` is given) and run the preflight."""
+                      kube: Kube | None = None, preflight: bool = True) -> Backend:
+        """Validate the settings, connect (unless ``kube`` is given) and run the preflight.
+
+        ``preflight=False`` skips it: every capability is then unknown (not checked) and
+        the backend observe-only, which is all a tool that lists, inspects, reads logs or
+        events, holds or stops needs, without the preflight's probe and its seconds.
+        """
         cfg = Settings.parse(settings)
         owns = kube is None
         if kube is None:
+            require_kubeconfig(cfg)
             kube = await Kube.connect(
                 kubeconfig=cfg.cluster.kubeconfig, context=cfg.cluster.context,
                 in_cluster=cfg.cluster.in_cluster,
                 request_timeout=cfg.timeouts.request.total_seconds())
         try:
-            caps = await preflight.run(kube, cfg)
+            caps = await run_preflight(kube, cfg) if preflight else not_checked()
         except BaseException:
             if owns:
                 await kube.close()
             raise
         backend = cls(kube, cfg, caps, owns_kube=owns)
-        if backend.observe_only:
+        if backend.observe_only and preflight:  # without it, observe-only is what was asked
             log.warning("dispatch-kubeflow is observe-only: %s",
                         "; ".join(backend.observe_only_reasons))
         return backend
@@ -247,23 +274,32 @@ class Backend:
         ref = self._ref(ref)
         hold.validate_hold(meta)
         async with within(meta.deadline, f"Hold {meta.instance} of {ref.id}"):
-            if self.settings.kueue is None:
-                await hold.hold_trainjob(self._kube, ref.namespace, ref.name, meta)
-                return
-            workload = await self._require_workload(ref)
-            await hold.hold_workload(self._kube, workload, meta)
+            with _naming(ref):
+                if self.settings.kueue is None:
+                    await hold.hold_trainjob(self._kube, ref.namespace, ref.name, meta)
+                    return
+                workload = await self._require_workload(ref)
+                await hold.hold_workload(self._kube, workload, meta)
 
-    async def release(self, ref: ObjectRef | str, meta: HoldMeta) -> None:
-        """Release hold ``meta.instance``; another instance's hold is a HoldError and stays."""
+    async def release(self, ref: ObjectRef | str, meta: HoldMeta) -> ReleaseOutcome:
+        """Release hold ``meta.instance``; another instance's hold is a HoldError and stays.
+
+        Returns ``ReleaseOutcome.RELEASED`` when this call removed the hold, and
+        ``ReleaseOutcome.NOT_HELD`` when the job was not held (nothing changed: a repeated
+        Release, or a hold the admission controller already ended because it expired).
+        """
         ref = self._ref(ref)
         hold.validate_hold(meta)
         self._refuse_if_observe_only("Release")
         async with within(meta.deadline, f"Release {meta.instance} of {ref.id}"):
-            if self.settings.kueue is None:
-                await hold.release_trainjob(self._kube, ref.namespace, ref.name, meta.instance)
-                return
-            workload = await self._require_workload(ref)
-            await hold.release_workload(self._kube, workload, meta.instance)
+            with _naming(ref):
+                if self.settings.kueue is None:
+                    done = await hold.release_trainjob(self._kube, ref.namespace, ref.name,
+                                                       meta.instance)
+                else:
+                    workload = await self._require_workload(ref)
+                    done = await hold.release_workload(self._kube, workload, meta.instance)
+        return ReleaseOutcome.RELEASED if done else ReleaseOutcome.NOT_HELD
 
     async def _require_workload(self, ref: ObjectRef) -> Obj:
         trainjob = await self._kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
@@ -273,6 +309,32 @@ class Backend:
         if workload is None:
             raise errors.NotFound(f"TrainJob {ref.id} has no Workload (yet)")
         return workload
+
+    # --- listing and events ---------------------------------------------------------------
+    async def jobs(self) -> list[JobInfo]:
+        """Every dispatch job (each submission) of the namespace, with its Observation.
+
+        One LIST per kind, whatever the number of jobs (see :mod:`dispatch_kubeflow.jobs`).
+        """
+        return await jobs.list_jobs(self._kube, self.settings.namespace,
+                                    kueue=self.settings.kueue is not None)
+
+    def watch_jobs(self) -> AsyncIterator[list[JobInfo]]:
+        """:meth:`jobs`, then again every time the listing changes (one watch per kind).
+
+        Never ends by itself: stop iterating (or cancel) when done.
+        """
+        return jobs.watch_jobs(self._kube, self.settings.namespace,
+                               kueue=self.settings.kueue is not None)
+
+    def events(self, job: JobID | str, *, follow: bool = False) -> AsyncIterator[JobEvent]:
+        """The Kubernetes Events of the job's objects, oldest first (``async for``).
+
+        With ``follow`` it goes on with every Event recorded later, until the caller stops
+        iterating. See :mod:`dispatch_kubeflow.events` for what is included.
+        """
+        return events.job_events(self._kube, self.settings.namespace, as_job_id(job),
+                                 follow=follow)
 
     # --- stop, find, output ---------------------------------------------------------------
     async def stop_job(self, job: JobID | str, reason: str) -> StopReport:
@@ -286,8 +348,14 @@ class Backend:
         found = await stop.find(self._kube, self.settings.namespace, as_job_id(job),
                                 kueue=self.settings.kueue is not None)
         if found.unreadable:
-            raise errors.KubeError("find: cannot list " + ", ".join(
-                r.plural for r in found.unreadable))
+            # The first failure's status and reason carry over, so a caller can tell an
+            # unreachable server from a refusal.
+            first = found.failures.get(found.unreadable[0])
+            raise errors.KubeError(
+                "find: cannot list " + ", ".join(r.plural for r in found.unreadable)
+                + (f": {first}" if first else ""), status=first.status if first else 0,
+                reason=first.reason if first else "", body=first.body if first else None
+            ) from first
         return tuple(f.ref for f in found.found)
 
     async def output(self, job: JobID | str, rank: int = 0,
@@ -316,12 +384,47 @@ class Backend:
         return ref
 
 
-def newest_workload(items: Iterable[Obj]) -> Obj | None:
-    """The TrainJob's current Workload: the newest not being deleted (else the newest)."""
-    items = list(items)
-    live = [w for w in items if not state.meta(w).get("deletionTimestamp")] or items
-    return max(live, key=lambda w: str(state.meta(w).get("creationTimestamp", "")),
-               default=None)
+newest_workload = state.newest_workload  # kept here too: callers import it from backend
+
+
+@contextlib.contextmanager
+def _naming(ref: ObjectRef) -> Iterator[None]:
+    """A HoldError about the Workload also names the TrainJob the caller passed."""
+    try:
+        yield
+    except errors.HoldError as exc:
+        if f"TrainJob {ref.id}" in str(exc):
+            raise
+        raise errors.HoldError(f"TrainJob {ref.id}: {exc}") from None
+
+
+def not_checked() -> dict[Capability, CapabilityStatus]:
+    """Every capability unknown: what a backend opened without the preflight knows."""
+    return {c: CapabilityStatus(CapabilityValue.UNKNOWN, CapabilitySource.NOT_CHECKED,
+                                "not checked: the backend was opened without the preflight")
+            for c in Capability}
+
+
+def require_kubeconfig(cfg: Settings) -> None:
+    """A SettingsError naming ``cluster.kubeconfig`` when the kubeconfig file is missing."""
+    if cfg.cluster.in_cluster:
+        return
+    given = cfg.cluster.kubeconfig
+    if given:
+        if not os.path.isfile(os.path.expanduser(given)):
+            raise errors.SettingsError(
+                f"cluster.kubeconfig: the file {given} is missing; set cluster.kubeconfig "
+                "to an existing kubeconfig file (or cluster.inCluster to true in a pod)",
+                field="cluster.kubeconfig")
+        return
+    env = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates = env or [os.path.expanduser("~/.kube/config")]
+    if not any(os.path.isfile(p) for p in candidates):
+        where = "$KUBECONFIG (" + ", ".join(env) + ")" if env else "~/.kube/config"
+        raise errors.SettingsError(
+            f"cluster.kubeconfig: not set, and {where} is missing; set cluster.kubeconfig "
+            "to an existing kubeconfig file (or cluster.inCluster to true in a pod)",
+            field="cluster.kubeconfig")
 
 
 async def factory(config: AdapterConfig) -> Backend:

@@ -258,7 +258,10 @@ class Observation:
     """What Inspect saw.
 
     ``hold_instance`` is the instance of dispatch's hold (0: none); ``admissions`` is A,
-    ``restarts`` is J of the newest pod; ``pods`` counts pods of the job that still exist.
+    ``restarts`` is J of the newest pod; ``pods`` counts pods of the job that still exist,
+    ``pods_running`` those of them in phase Running. A job that Kueue admitted is
+    ``running`` from then on, so ``pods_running`` tells an execution whose pods are still
+    starting (0) from one that runs.
     """
 
     state: ObjectState
@@ -268,6 +271,7 @@ class Observation:
     admissions: int = 0
     restarts: int = 0
     pods: int = 0
+    pods_running: int = 0
 
 
 # --- capabilities ----------------------------------------------------------------------------
@@ -337,6 +341,18 @@ class CallMeta:
     """Per-call metadata: ``deadline`` (timezone-aware) bounds this call alone."""
 
     deadline: datetime | None = None
+
+
+class ReleaseOutcome(StrEnum):
+    """What a Release did: removed the hold it named, or found the job not held.
+
+    Releasing a job that is not held is not an error (a Release repeated after a timeout,
+    or after the admission controller ended an expired hold, must be safe): nothing
+    changes, and the outcome says so. Releasing another instance's hold is a HoldError.
+    """
+
+    RELEASED = "released"
+    NOT_HELD = "not-held"
 
 
 @dataclass(frozen=True, slots=True)

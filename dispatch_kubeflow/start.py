@@ -83,7 +83,7 @@ def validate(req: StartRequest) -> tuple[StartRequest, str, Image, RuntimeRef]:
     image = req.spec.extension(Image)
     if image is None:
         raise errors.SpecError(
-            "spec.extensions: the kubeflow backend needs an Image extension "
+            "spec.extensions.Image: missing; the kubeflow backend needs an Image extension "
             "(Image(ref='registry/image:tag'))", field="spec.extensions.Image")
     if not image.ref or any(c.isspace() for c in image.ref):
         raise errors.SpecError(f"spec.extensions.Image.ref: {image.ref!r} is not an image "
@@ -95,7 +95,8 @@ def validate(req: StartRequest) -> tuple[StartRequest, str, Image, RuntimeRef]:
     runtime = req.spec.extension(RuntimeRef)
     if runtime is None:
         raise errors.SpecError(
-            "spec.extensions: the kubeflow backend needs a RuntimeRef extension "
+            "spec.extensions.RuntimeRef: missing; the kubeflow backend needs a RuntimeRef "
+            "extension "
             "(RuntimeRef(kind='ClusterTrainingRuntime', runtime='<name>'))",
             field="spec.extensions.RuntimeRef")
     if runtime.kind not in (KIND_CLUSTER_TRAINING_RUNTIME, KIND_TRAINING_RUNTIME):

@@ -33,20 +33,26 @@ row    condition                                                          state 
 The cause's ``detail`` explains for people: empty for dispatch's own gate, ``gated by
 <their gates>`` for anybody else's gate (even when dispatch's is there too), the messages
 of admission checks that are not Ready while admitting, Kueue's QuotaReserved message
-while queued, the hold's who and reason, and how many pods are still there while holding.
+while queued, the hold's who and reason, how many pods are still there while holding,
+and while running how many pods run (``no pod running yet`` between admission and the
+first pod's start; ``Observation.pods_running`` carries the count).
+
+:func:`observe_listed` applies the same table to many jobs at once, from objects listed
+once per kind (``Backend.jobs``), so listing a namespace costs one request per kind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.identity import IdentityError, parse_count
 from dispatch_kubeflow.model import Cause, ObjectState, Observation
 
 Obj = Mapping[str, Any]
+W = TypeVar("W", bound=Mapping[str, Any])
 
 
 # --- small readers shared by the other modules ----------------------------------------------
@@ -146,16 +152,17 @@ def hold_record(obj: Obj | None) -> Mapping[str, str] | None:
 def observe(trainjob: Obj | None, workload: Obj | None, pods: Sequence[Obj]) -> Observation:
     """The job's state by the table in this module's docstring."""
     n_pods = len(pods)
+    running = running_pods(pods)
     j = max((restarts(p) for p in pods), default=0)
     if trainjob is None:
         return Observation(ObjectState.GONE, Cause(_left("TrainJob not found", n_pods), "NotFound"),
-                           pods=n_pods, restarts=j)
+                           pods=n_pods, restarts=j, pods_running=running)
     a = admissions(trainjob)
 
     def obs(state: ObjectState, detail: str = "", reason: str = "", hold: int = 0,
             until: datetime | None = None) -> Observation:
         return Observation(state, Cause(detail, reason), hold_instance=hold, hold_until=until,
-                           admissions=a, restarts=j, pods=n_pods)
+                           admissions=a, restarts=j, pods=n_pods, pods_running=running)
 
     if meta(trainjob).get("deletionTimestamp"):
         return obs(ObjectState.GONE, _left("TrainJob is being deleted", n_pods), "Deleting")
@@ -229,11 +236,55 @@ def _checks_waiting(workload: Obj) -> str:
     return "; ".join(waiting)
 
 
+def running_pods(pods: Sequence[Obj]) -> int:
+    """How many of ``pods`` are in phase Running (and not being deleted)."""
+    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running"
+               and not meta(p).get("deletionTimestamp"))
+
+
 def _pods_running(pods: Sequence[Obj]) -> str:
-    if not pods:
-        return ""
-    running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+    running = running_pods(pods)
+    if not running:
+        # Admitted (or unsuspended), but nothing runs yet: say so rather than "running".
+        return f"no pod running yet ({len(pods)} starting)" if pods else "no pod running yet"
     return f"{running} of {len(pods)} pods running"
+
+
+def newest_workload(items: Iterable[W]) -> W | None:
+    """The TrainJob's current Workload: the newest not being deleted (else the newest)."""
+    items = list(items)
+    live = [w for w in items if not meta(w).get("deletionTimestamp")] or items
+    return max(live, key=lambda w: str(meta(w).get("creationTimestamp", "")), default=None)
+
+
+def observe_listed(trainjobs: Iterable[Obj], workloads: Iterable[Obj],
+                   pods: Iterable[Obj]) -> dict[str, Observation]:
+    """:func:`observe` for every TrainJob of one namespace, by TrainJob name (pure).
+
+    ``workloads`` and ``pods`` are whole lists of the namespace (any selection that holds
+    the jobs' own): each Workload goes to the TrainJob whose UID its
+    ``kueue.x-k8s.io/job-uid`` label names, each pod to the TrainJob its
+    ``jobset.sigs.k8s.io/jobset-name`` label names, the same selection :func:`observe`'s
+    callers make per job.
+    """
+    by_uid: dict[str, list[Obj]] = {}
+    for w in workloads:
+        uid = labels_of(w).get(names.KUEUE_JOB_UID_LABEL)
+        if uid:
+            by_uid.setdefault(uid, []).append(w)
+    by_jobset: dict[str, list[Obj]] = {}
+    for p in pods:
+        name = labels_of(p).get(names.JOBSET_NAME_LABEL)
+        if name:
+            by_jobset.setdefault(name, []).append(p)
+    out: dict[str, Observation] = {}
+    for tj in trainjobs:
+        m = meta(tj)
+        name = str(m.get("name", ""))
+        workload = newest_workload(by_uid.get(str(m.get("uid", "")), ())) \
+            if is_kueue(tj) else None
+        out[name] = observe(tj, workload, by_jobset.get(name, []))
+    return out
 
 
 def _left(detail: str, n_pods: int) -> str:

@@ -78,6 +78,8 @@ class Findings:
     """Kinds whose list failed (not counting a kind the cluster does not serve)."""
     versions: dict[Resource, str] = field(default_factory=dict)
     """The resourceVersion of each kind's list (a watch from it misses nothing)."""
+    failures: dict[Resource, errors.KubeError] = field(default_factory=dict)
+    """Why each unreadable kind could not be listed."""
 
 
 def _selector(res: Resource, job: JobID) -> str | None:
@@ -122,6 +124,7 @@ async def find(kube: Kube, namespace: str, job: JobID, *, kueue: bool,
     pattern = trainjob_name_pattern(job)
     kinds = [k for k in KINDS if kueue or k is not WORKLOAD]
     versions: dict[Resource, str] = {}
+    failures: dict[Resource, errors.KubeError] = {}
 
     async def one(res: Resource) -> tuple[Resource, list[dict[str, Any]] | None]:
         try:
@@ -130,6 +133,7 @@ async def find(kube: Kube, namespace: str, job: JobID, *, kueue: bool,
             return res, []  # the cluster does not serve this kind: nothing of it exists
         except errors.KubeError as exc:
             log.warning("find %s: cannot list %s: %s", job, res.plural, exc)
+            failures[res] = exc
             return res, None
         versions[res] = rv
         return res, items
@@ -146,7 +150,7 @@ async def find(kube: Kube, namespace: str, job: JobID, *, kueue: bool,
             unreadable.append(res)
             continue
         found += [Found(res, o) for o in items if _belongs(res, o, job, owners, pattern)]
-    return Findings(found, unreadable, versions)
+    return Findings(found, unreadable, versions, failures)
 
 
 async def record_reason(kube: Kube, trainjob: Mapping[str, Any], reason: str) -> None:

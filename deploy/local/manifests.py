@@ -104,6 +104,29 @@ def rbac(comp: str, mod: str) -> list[Obj]:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                           "name": f"{comp}-controller"}],
         })
+    return out + public(comp, mod)
+
+
+def public(comp: str, mod: str) -> list[Obj]:
+    """What Trainer's install gives every user besides its controller, as kustomize builds
+    it: the ConfigMap ``kubeflow-trainer-public`` of the manager overlay's
+    configMapGenerator (the Kubeflow SDK reads the Trainer version from it) and the Role
+    and RoleBinding that let every authenticated user read it."""
+    if comp != "trainer":
+        return []
+    ns = NAMESPACES[comp]
+    kust = os.path.join(mod, "manifests/overlays/manager/kustomization.yaml")
+    out: list[Obj] = []
+    for gen in ((load(kust) or [{}])[0].get("configMapGenerator") or []
+                if os.path.exists(kust) else []):
+        data = dict(lit.split("=", 1) for lit in gen.get("literals") or [])
+        out.append({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": gen["name"], "namespace": ns}, "data": data})
+    for name in ("public_configmap_role.yaml", "public_configmap_role_binding.yaml"):
+        path = os.path.join(mod, "manifests/base/rbac", name)
+        for d in load(path) if os.path.exists(path) else []:
+            d["metadata"]["namespace"] = ns
+            out.append(d)
     return out
 
 

@@ -10,14 +10,16 @@ EXPECTED = {
     "Actor", "ActorKind", "AdapterConfig", "Backend", "CallMeta", "Capability",
     "CapabilitySource", "CapabilityStatus", "CapabilityValue", "Cause", "ConflictError",
     "DeadlineExceeded", "DispatchError", "Extension", "HoldError", "HoldMeta", "Image",
-    "JobID", "JobSpec", "KubeError", "LogStream", "NotFound", "ObjectRef", "ObjectState",
-    "Observation", "ObserveOnlyError", "OutputStream", "RuntimeRef", "Settings",
+    "JobEvent", "JobID", "JobInfo", "JobSpec", "KubeError", "LogStream", "NotFound",
+    "ObjectRef", "ObjectState", "Observation", "ObserveOnlyError", "OutputStream",
+    "ReleaseOutcome", "RuntimeRef", "Settings",
     "SettingsError", "SpecError", "StartRequest", "StopReport", "UnsupportedError",
     "factory", "open_backend", "register", "registered",
 }
 
 BACKEND_METHODS = {"connect", "close", "capabilities", "start", "open", "inspect", "hold",
-                   "release", "stop_job", "find", "output", "__aenter__", "__aexit__"}
+                   "release", "stop_job", "find", "output", "jobs", "watch_jobs", "events",
+                   "__aenter__", "__aexit__"}
 
 
 def test_all_is_exactly_the_expected_set() -> None:
@@ -43,3 +45,7 @@ def test_capabilities_and_states() -> None:
     assert {s.value for s in dispatch_kubeflow.ObjectState} == {
         "gated", "queued", "admitting", "running", "holding", "held", "succeeded", "failed",
         "gone"}
+
+
+def test_release_outcomes() -> None:
+    assert {o.value for o in dispatch_kubeflow.ReleaseOutcome} == {"released", "not-held"}

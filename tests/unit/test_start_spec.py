@@ -74,6 +74,7 @@ def test_invalid(over: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError) as err:
         validate(request(**over))
     assert err.value.field == field
+    assert str(err.value).startswith(field), "the message names the field as well"
 
 
 def test_hash_tracks_the_request() -> None:

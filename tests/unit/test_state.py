@@ -127,6 +127,11 @@ ROWS: list[tuple[str, Any, Any, list[Any], ObjectState, str, int]] = [
      ObjectState.ADMITTING, "waiting for the TrainJob to resume", 0),
     ("11 running", trainjob(suspend=False), workload(conditions=ADMITTED),
      [pod(), pod("Pending", "1")], ObjectState.RUNNING, "1 of 2 pods running", 0),
+    ("11 admitted, no pod yet", trainjob(suspend=False), workload(conditions=ADMITTED), [],
+     ObjectState.RUNNING, "no pod running yet", 0),
+    ("11 admitted, pods starting", trainjob(suspend=False), workload(conditions=ADMITTED),
+     [pod("Pending"), pod("Pending", "1")], ObjectState.RUNNING,
+     "no pod running yet (2 starting)", 0),
     ("12 admitting", trainjob(suspend=True),
      workload(conditions=[cond("QuotaReserved", "True"),
                           cond("Admitted", "False", "UnsatisfiedAdmissionChecks")],
@@ -176,3 +181,33 @@ def test_counts_and_until() -> None:
 def test_garbage_counts_read_as_zero() -> None:
     tj = trainjob(suspend=False, ann={names.ADMISSION_COUNT: "many"})
     assert observe(tj, workload(conditions=ADMITTED), []).admissions == 0
+
+
+def test_pods_running_counts_running_pods_only() -> None:
+    tj = trainjob(suspend=False)
+    going = pod("Running", "1")
+    going["metadata"]["deletionTimestamp"] = "2026-05-01T12:05:00Z"
+    obs = observe(tj, workload(conditions=ADMITTED), [pod(), pod("Pending", "2"), going])
+    assert (obs.pods, obs.pods_running) == (3, 1)
+    assert observe(tj, workload(conditions=ADMITTED), []).pods_running == 0
+
+
+def test_observe_listed_matches_observe_per_job() -> None:
+    from dispatch_kubeflow.state import observe_listed
+
+    other_uid = "5f0c1a2e-0000-4000-8000-000000000002"
+    running = trainjob(suspend=False)
+    gated = trainjob(gate=names.GATE)
+    gated["metadata"] = {**gated["metadata"], "name": "dj-other-s1", "uid": other_uid}
+    wl_gated = workload(conditions=[GATED_QR])
+    wl_gated["metadata"] = {**wl_gated["metadata"], "name": "trainjob-dj-other-s1-x",
+                            "labels": {names.KUEUE_JOB_UID_LABEL: other_uid}}
+    stranger = pod()
+    stranger["metadata"] = {**stranger["metadata"], "name": "x",
+                            "labels": {names.JOBSET_NAME_LABEL: "someone-else"}}
+    pods = [pod(), pod("Pending", "1"), stranger]
+    out = observe_listed([running, gated], [workload(conditions=ADMITTED), wl_gated], pods)
+    assert out[TJ] == observe(running, workload(conditions=ADMITTED), pods[:2])
+    assert out["dj-other-s1"] == observe(gated, wl_gated, [])
+    assert out[TJ].state is ObjectState.RUNNING
+    assert out["dj-other-s1"].state is ObjectState.GATED

@@ -1,0 +1,90 @@
+"""Where the plugin's settings come from: the library's JSON settings section, in a file.
+
+The file is ``--settings FILE``, else ``$DISPATCH_KUBEFLOW_SETTINGS``, else
+``$XDG_CONFIG_HOME/dispatch-kubeflow/settings.json`` (``~/.config/...`` when
+``XDG_CONFIG_HOME`` is unset). ``--kubeconfig``, ``--context`` and ``-n`` override
+``cluster.kubeconfig``, ``cluster.context`` and ``namespace`` of that file, as kubectl's
+own flags would. Every problem is a :class:`~dispatch_kubeflow.errors.SettingsError`
+whose message names the file and the key, so the plugin can print it as one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dispatch_kubeflow.errors import SettingsError
+from dispatch_kubeflow.settings import Settings
+
+ENV = "DISPATCH_KUBEFLOW_SETTINGS"
+
+
+def default_path() -> Path:
+    """``$XDG_CONFIG_HOME/dispatch-kubeflow/settings.json`` (or under ``~/.config``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return Path(base) / "dispatch-kubeflow" / "settings.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What the command line said about where to work."""
+
+    settings_file: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+
+
+def settings_path(target: Target) -> tuple[Path, str]:
+    """The settings file and how it was chosen (for messages)."""
+    if target.settings_file:
+        return Path(target.settings_file), "--settings"
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV]), f"${ENV}"
+    return default_path(), "the default path"
+
+
+def load(target: Target) -> Settings:
+    """The settings of ``target``: its file, with the command line's overrides."""
+    path, how = settings_path(target)
+    if not path.is_file():
+        raise SettingsError(
+            f"settings: no settings file at {path} ({how}); pass --settings FILE with the "
+            f"library's JSON settings section, set ${ENV}, or write {default_path()}",
+            field="settings")
+    try:
+        data: Any = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"settings: cannot read {path}: {exc}", field="settings") from None
+    except json.JSONDecodeError as exc:
+        raise SettingsError(
+            f"settings: {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+            f"{exc.msg}); fix the file", field="settings") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"settings: {path} must hold a JSON object, got "
+                            f"{type(data).__name__}", field="settings")
+    data = overridden(data, target)
+    try:
+        return Settings.parse(data)
+    except SettingsError as exc:
+        raise SettingsError(f"{path}: {exc}", field=exc.field, problems=exc.problems) from None
+
+
+def overridden(data: dict[str, Any], target: Target) -> dict[str, Any]:
+    """``data`` with the command line's cluster and namespace (pure)."""
+    data = dict(data)
+    cluster = dict(data.get("cluster") or {})
+    if target.kubeconfig:
+        cluster["kubeconfig"] = target.kubeconfig
+        cluster.pop("inCluster", None)
+    if target.context:
+        cluster["context"] = target.context
+        cluster.pop("inCluster", None)
+    if cluster:
+        data["cluster"] = cluster
+    if target.namespace:
+        data["namespace"] = target.namespace
+    return data

@@ -1,0 +1,153 @@
+"""Listing: the dispatch jobs of a namespace, each with what Inspect would say of it.
+
+A dispatch job's submission is one TrainJob (``dj-<job id>-s<submission>``) labelled with
+``dispatch.phpboyscout.uk/job-id``, ``/submission`` and ``/attempt``. :func:`list_jobs`
+lists the namespace once per kind — the TrainJobs by that label, the pods by
+``jobset.sigs.k8s.io/jobset-name``, and in Kueue mode the Workloads by
+``kueue.x-k8s.io/job-uid`` — and applies Inspect's table
+(:func:`dispatch_kubeflow.state.observe_listed`) to each TrainJob, so listing costs three
+requests however many jobs there are. :func:`watch_jobs` keeps the same three lists
+current with one watch each and yields a new listing whenever one changes.
+
+Listing only reads. In plain mode :meth:`Backend.inspect` releases an expired hold on the
+way; a listing does not, so it may show such a job ``held`` until the next Inspect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
+from dispatch_kubeflow.model import JobID, ObjectRef, Observation
+from dispatch_kubeflow.state import labels_of, meta, observe_listed, parse_time
+from dispatch_kubeflow.waits import cancel_all
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """One submission of a dispatch job, as listed: who it is, and its state.
+
+    ``ref`` is the TrainJob's reference (what Start returned), ``observation`` what
+    :meth:`Backend.inspect` would return, ``created`` the TrainJob's creation time.
+    """
+
+    job: JobID
+    submission: int
+    attempt: int
+    observation: Observation
+    ref: ObjectRef
+    created: datetime | None = None
+
+
+def _selectors(kueue: bool) -> list[tuple[Resource, str]]:
+    kinds = [(TRAINJOB, names.JOB_ID_LABEL), (POD, names.JOBSET_NAME_LABEL)]
+    if kueue:
+        kinds.append((WORKLOAD, names.KUEUE_JOB_UID_LABEL))
+    return kinds
+
+
+def _count(raw: str | None) -> int:
+    return int(raw) if raw and raw.isdigit() else 0
+
+
+def listing(trainjobs: Iterable[Obj], workloads: Iterable[Obj],
+            pods: Iterable[Obj]) -> list[JobInfo]:
+    """The jobs among ``trainjobs``, each observed with its Workload and pods (pure).
+
+    TrainJobs whose job-id label is not a job id are left out (they are not dispatch's).
+    Sorted by job id (that is, by creation time), then submission.
+    """
+    trainjobs = list(trainjobs)
+    observed = observe_listed(trainjobs, workloads, pods)
+    out: list[JobInfo] = []
+    for tj in trainjobs:
+        m, labels = meta(tj), labels_of(tj)
+        try:
+            job = JobID(labels.get(names.JOB_ID_LABEL, ""))
+        except errors.SpecError:
+            log.debug("TrainJob %s: job-id label is not a job id; not listed", m.get("name"))
+            continue
+        name = str(m.get("name", ""))
+        ref = ObjectRef(namespace=str(m.get("namespace", "")), name=name, kind="TrainJob",
+                        api_version=TRAINJOB.api_version, uid=str(m.get("uid", "")))
+        out.append(JobInfo(job, _count(labels.get(names.SUBMISSION_LABEL)),
+                           _count(labels.get(names.ATTEMPT_LABEL)), observed[name], ref,
+                           parse_time(m.get("creationTimestamp"))))
+    return sorted(out, key=lambda j: (j.job, j.submission, j.ref.name))
+
+
+async def list_jobs(kube: Kube, namespace: str, *, kueue: bool) -> list[JobInfo]:
+    """Every dispatch job of ``namespace``: one LIST per kind (see the module docstring)."""
+    lists = await asyncio.gather(*(kube.list(res, namespace, label_selector=sel)
+                                   for res, sel in _selectors(kueue)))
+    items = [found for found, _ in lists]
+    return listing(items[0], items[2] if kueue else [], items[1])
+
+
+async def watch_jobs(kube: Kube, namespace: str, *, kueue: bool) -> AsyncIterator[list[JobInfo]]:
+    """The listing, then a new one every time it changes; never ends (cancel it).
+
+    One watch per kind (:meth:`Kube.observe`, which lists again after expiry or a broken
+    stream). Events that arrive together are taken together, so a burst of pod updates
+    yields one listing, and a listing equal to the last one is not yielded again.
+    """
+    kinds = _selectors(kueue)
+    current: list[dict[str, Obj]] = [{} for _ in kinds]
+    synced = [False] * len(kinds)
+    changed = asyncio.Event()
+    failure: list[BaseException] = []
+
+    async def follow(i: int, res: Resource, selector: str) -> None:
+        stream = kube.observe(res, namespace, label_selector=selector, timeout_seconds=60)
+        try:
+            async for ev in stream:
+                if ev.type == "SYNC":
+                    current[i] = {_key(o): o for o in ev.items}
+                    synced[i] = True
+                elif ev.type == "DELETED":
+                    current[i].pop(_key(ev.object), None)
+                else:
+                    current[i][_key(ev.object)] = ev.object
+                changed.set()
+        except Exception as exc:  # handed to the consumer, who raises it
+            failure.append(exc)
+            changed.set()
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    tasks = [asyncio.create_task(follow(i, res, sel)) for i, (res, sel) in enumerate(kinds)]
+    last: list[JobInfo] | None = None
+    try:
+        while True:
+            await changed.wait()
+            changed.clear()
+            if failure:
+                raise failure[0]
+            if not all(synced):
+                continue
+            await asyncio.sleep(0)  # let events already read land in this listing
+            now = listing(current[0].values(), current[2].values() if kueue else (),
+                          current[1].values())
+            if now != last:
+                last = now
+                yield now
+    finally:
+        with contextlib.suppress(Exception):
+            await cancel_all(tasks)
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    m = meta(obj)
+    return str(m.get("uid") or m.get("name"))
