@@ -195,20 +195,30 @@ def _admission_turn() -> Iterator[None]:
         yield
 
 
+@pytest_asyncio.fixture(scope="session")
+async def a_policy_in_force(kube: Kube) -> AsyncIterator[None]:
+    """The A-write policy, in force from the first admission test to the session's end.
+
+    Once per session, not per test: while the API server drops a binding whose ConfigMap it
+    already forgot, it refuses every TrainJob write (422, "no params found"), which would
+    hit whatever test runs next."""
+    async with a_write_policy(kube):
+        yield
+
+
 @pytest_asyncio.fixture
 async def admission(kubeconfig: str, kube: Kube, _host_controller_paused: None,
-                    admission_base: None, _admission_turn: None,
+                    admission_base: None, a_policy_in_force: None, _admission_turn: None,
                     tmp_path: Path) -> AsyncIterator[AdmissionHandle]:
     # Only the controller may write A in Kueue mode, and the tests' library is the admin:
     # the replicas log in as the controller's ServiceAccount, as in a cluster.
     await ensure_controller_identity(kube)
     path = await controller_kubeconfig(kube, kubeconfig, tmp_path / "controller.kubeconfig")
     handle = AdmissionHandle(kubeconfig=path, state=tmp_path)
-    async with a_write_policy(kube):
-        try:
-            yield handle
-        finally:
-            handle.stop_all()
+    try:
+        yield handle
+    finally:
+        handle.stop_all()
 
 
 def dump_logs(handle: AdmissionHandle) -> str:
