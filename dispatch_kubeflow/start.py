@@ -303,10 +303,11 @@ async def start(kube: Kube, settings: Settings, req: StartRequest) -> ObjectRef:
             continue  # a concurrent Start made it: the next round judges it
         except errors.KubeForbidden:
             # Trainer found no runtime: did the copy go meanwhile (a concurrent StopJob)?
-            if await _copy_is_mine(kube, ns, name, digest):
+            if await _copy_if_mine(kube, ns, name, digest) is not None:
                 raise
             continue
-        if not await _copy_is_mine(kube, ns, name, digest):
+        rt = await _copy_if_mine(kube, ns, name, digest)
+        if rt is None:
             # The copy went or changed between our read and our create (a concurrent StopJob
             # and another Start): Trainer may build this TrainJob from another request's
             # copy. Delete it, only it (UID precondition), while it is suspended and closed.
@@ -314,7 +315,7 @@ async def start(kube: Kube, settings: Settings, req: StartRequest) -> ObjectRef:
             raise errors.ConflictError(
                 f"{what_rt} was removed or replaced while this Start ran (a concurrent StopJob "
                 "or Start); the TrainJob it made was deleted again; start again")
-        if await _own_copy(kube, ns, name, tj, mine, digest):
+        if await _own_copy(kube, ns, name, tj, mine, digest, rt):
             break
     else:
         raise errors.ConflictError(
@@ -327,20 +328,27 @@ async def start(kube: Kube, settings: Settings, req: StartRequest) -> ObjectRef:
                      uid=str(meta(tj)["uid"]))
 
 
-async def _copy_is_mine(kube: Kube, ns: str, name: str, digest: str) -> bool:
+async def _copy_if_mine(kube: Kube, ns: str, name: str,
+                        digest: str) -> dict[str, Any] | None:
+    """The copy as it is now, if it is this request's (None when gone or another's)."""
     rt = await kube.get_or_none(TRAINING_RUNTIME, name, ns)
-    return (rt is not None and not meta(rt).get("deletionTimestamp")
-            and annotations_of(rt).get(names.SPEC_HASH) == digest)
+    if (rt is not None and not meta(rt).get("deletionTimestamp")
+            and annotations_of(rt).get(names.SPEC_HASH) == digest):
+        return rt
+    return None
 
 
 async def _own_copy(kube: Kube, ns: str, name: str, tj: Mapping[str, Any],
-                    mine: Mapping[str, Any], digest: str) -> bool:
+                    mine: Mapping[str, Any], digest: str,
+                    rt: dict[str, Any] | None = None) -> bool:
     """Make the TrainJob the owner of its copy (so the collector removes the copy with it).
 
     False when the copy changed under us (judge again). The patch carries the copy's
-    resourceVersion, so it lands only on the copy we judged to be this request's.
+    resourceVersion, so it lands only on the copy we judged to be this request's. ``rt``:
+    the copy as just read (read here when not given).
     """
-    rt = await kube.get_or_none(TRAINING_RUNTIME, name, ns)
+    if rt is None:
+        rt = await kube.get_or_none(TRAINING_RUNTIME, name, ns)
     if rt is None:
         raise errors.ConflictError(
             f"TrainJob {ns}/{name} exists but its runtime copy is gone: the job is being "
