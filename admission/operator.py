@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from kopf._core.engines.peering import Identity  # kopf exports no public name for it
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
@@ -216,5 +217,8 @@ async def run(controller: Controller, login: Login) -> None:
         settings=settings(),
         standalone=True,
         clusterwide=True,
+        # Given, so that kopf does not derive one from the user name: the image runs as
+        # uid 65532, which has no passwd entry, and getpass.getuser() raises there.
+        identity=Identity(controller.config.identity) if controller.config.identity else None,
         stop_flag=controller.stop_flag,
     )

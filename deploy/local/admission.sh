@@ -127,7 +127,7 @@ start() {
   (cd "$repo" && close_inherited_fds && exec setsid "$python" -m admission \
       --kubeconfig "$state/controller.kubeconfig" --identity "$identity" \
       --webhook-listen "127.0.0.1:$port" --webhook-url "https://127.0.0.1:$port" \
-      --tls-secret dispatch-admission-tls \
+      --tls-secret dispatch-admission-host-tls \
       --health-listen "$health" --metrics-listen "$metrics" ${ADMISSION_ARGS:-} \
       >>"$logfile" 2>&1 </dev/null) &
   echo $! >"$pidfile"

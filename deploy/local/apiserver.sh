@@ -41,6 +41,7 @@ load_cmdline() { # sets CMD (the command line) and APISERVER_PORT (from --secure
   APISERVER_PORT=
   for i in "${!CMD[@]}"; do
     if [ "${CMD[$i]}" = --secure-port ]; then APISERVER_PORT=${CMD[$((i + 1))]}; fi
+    if [ "${CMD[$i]}" = --bind-address ]; then HOST_IP=${CMD[$((i + 1))]}; fi
   done
   [ -n "$APISERVER_PORT" ] || die "cluster $name: no --secure-port in $CMDLINE"
 }
@@ -68,11 +69,11 @@ start_apiserver() {
     log "cluster $name: kube-apiserver is running already"
   else
     local deadline=$((SECONDS + 15))
-    until port_free "$APISERVER_PORT"; do
-      [ $SECONDS -lt $deadline ] || die "cluster $name: port 127.0.0.1:$APISERVER_PORT stays in use"
+    until port_free "$APISERVER_PORT" "$HOST_IP"; do
+      [ $SECONDS -lt $deadline ] || die "cluster $name: port $HOST_IP:$APISERVER_PORT stays in use"
       sleep 0.1
     done
-    log "cluster $name: starting kube-apiserver on 127.0.0.1:$APISERVER_PORT"
+    log "cluster $name: starting kube-apiserver on $HOST_IP:$APISERVER_PORT"
     start_proc kube-apiserver "$LOGF" "${CMD[@]}"
   fi
   wait_until kube-apiserver "$LOGF" 90 admin_curl /readyz

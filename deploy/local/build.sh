@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 record_time() { printf '%s\t%s\t%s\n' "$1" "$2" "$(date -u +%FT%TZ)" >> "$CACHE/build-times.tsv"; }
 
 build_kubernetes() {
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl) missing=() b
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy) missing=() b
   for b in "${want[@]}"; do
     # KUBEBUILDER_ASSETS (or PATH, with DISPATCH_USE_PATH=1) may already provide it.
     if ! resolve_bin "$b" >/dev/null; then missing+=("$b"); fi

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README's main command (`make demo`): demo.sh NAME KUBECONFIG
-# Builds and starts the local cluster and the admission controller, runs the seed's
-# tutorial (examples/tutorial.py) against them, and stops what it started — only that:
-# a cluster or an admission controller that was already running is left running.
+# Builds and starts the local cluster, whose up.sh deploys the admission controller into it
+# (deploy/admission, as users deploy it), runs the seed's tutorial (examples/tutorial.py)
+# against them, and stops what it started — only that: a cluster that was already running is
+# left running. With DISPATCH_CONTROLLER=host the controller runs as a host process instead
+# (admission.sh, for development), started and stopped here likewise.
 # The exit status is the tutorial's.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,11 +42,13 @@ else
 fi
 "$here/up.sh" "$name" "$kubeconfig"
 
-if "$here/admission.sh" status >/dev/null 2>&1; then
-  log "the admission controller is already running: it is left running afterwards"
-else
-  started_admission=1
-  "$here/admission.sh" start "$kubeconfig"
+if [ "${DISPATCH_CONTROLLER:-cluster}" = host ]; then
+  if "$here/admission.sh" status >/dev/null 2>&1; then
+    log "the admission controller is already running: it is left running afterwards"
+  else
+    started_admission=1
+    "$here/admission.sh" start "$kubeconfig"
+  fi
 fi
 
 KUBECONFIG=$kubeconfig "$py" "$repo/examples/tutorial.py"

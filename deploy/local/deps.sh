@@ -12,6 +12,9 @@ command -v curl >/dev/null || need+=(curl)
 command -v gcc >/dev/null || need+=(gcc)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
 command -v ip >/dev/null || need+=(iproute2)
+# The admission controller's image, built with no container engine (controller-image.sh).
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v nsenter >/dev/null || need+=(util-linux)
 command -v go >/dev/null || { echo "[local] error: Go 1.26 or newer is needed to build the cluster (go: not found)" >&2; exit 1; }
 python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Stop a local cluster and put the machine back as it was: down.sh NAME
-# Stops every process, unmounts what the nodes mounted, removes the bridges, the kubelet's
-# iptables chains, the state, and restores the kernel settings the kubelet changed.
+# Stops every process, unmounts what the nodes mounted, removes the nodes' network
+# namespaces (their iptables rules and routes go with them), the veths, the bridge and its
+# routes, the state, and restores the kernel settings the kubelet changed. The host's own
+# iptables are never touched: nothing of a local cluster writes them.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
@@ -12,6 +14,7 @@ fi
 [ "$(id -u)" = 0 ] || die "must run as root"
 CLUSTER_NAME=$1
 cluster_dirs "$CLUSTER_NAME"
+cluster_nodes "$CLUSTER_NAME"
 
 kill_tree() { # SIGNAL PID...: the processes and everything in their sessions
   local sig=$1; shift
@@ -44,11 +47,12 @@ stop_pids() { # NAME...: TERM, then KILL what is left after 10 s
 if [ -d "$STATE" ] || [ -d "$RUN" ]; then
   log "stopping cluster $CLUSTER_NAME"
   # Thaw paused nodes first, or their processes cannot die.
-  for fz in /sys/fs/cgroup/freezer/dispatch-"$CLUSTER_NAME"-worker*; do
+  for node in "${NODES[@]}"; do
+    fz=/sys/fs/cgroup/freezer/dispatch-$node
     [ -f "$fz/freezer.state" ] && echo THAWED > "$fz/freezer.state" 2>/dev/null
   done
   stop_pids jobset kueue trainer
-  for f in "$STATE"/pids/kubelet-*; do [ -e "$f" ] && stop_pids "$(basename "$f")"; done
+  for f in "$STATE"/pids/kubelet-* "$STATE"/pids/kube-proxy-*; do [ -e "$f" ] && stop_pids "$(basename "$f")"; done
   # The containers: kill the shims of this cluster's containerds (they take the pods with them).
   for sock in "$RUN"/*/containerd.sock; do
     [ -S "$sock" ] || continue
@@ -74,13 +78,19 @@ if [ -d "$STATE" ] || [ -d "$RUN" ]; then
     grep -qx "netns $ns" "$STATE_ROOT/machine.before" 2>/dev/null && continue
     case $ns in cni-*) ip netns delete "$ns" 2>/dev/null ;; esac
   done
-  for br in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep "^$(bridge_name "$CLUSTER_NAME" "")"); do
-    ip link delete "$br" 2>/dev/null
+  # The nodes' namespaces: their veth ends, pod bridges, routes and iptables rules go too.
+  for node in "${NODES[@]}"; do
+    [ -e "/run/netns/$(node_netns "$node")" ] && ip netns delete "$(node_netns "$node")" 2>/dev/null
+  done
+  # The bridge (its routes go with it) and any veth left of a half-made node.
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^$(bridge_name "$CLUSTER_NAME" "")"); do
+    ip link delete "$link" 2>/dev/null
   done
 
   # cgroups of the nodes' pods, deepest first.
   for ctl in /sys/fs/cgroup/*/; do
-    for root in "$ctl"dispatch-"$CLUSTER_NAME"-worker*; do
+    for node in "${NODES[@]}"; do
+      root=${ctl}dispatch-$node
       [ -d "$root" ] || continue
       find "$root" -depth -type d -exec rmdir {} \; 2>/dev/null
     done
@@ -93,21 +103,6 @@ fi
 
 # The machine-wide changes are undone when the last cluster is gone.
 if [ -f "$STATE_ROOT/machine.before" ] && [ -z "$(find "$STATE_ROOT" -mindepth 1 -maxdepth 1 -type d 2>/dev/null)" ]; then
-  # The kubelet's iptables chains, in both back ends.
-  for ipt in iptables ip6tables iptables-legacy ip6tables-legacy iptables-nft ip6tables-nft; do
-    command -v "$ipt" >/dev/null || continue
-    for table in filter nat mangle; do
-      for chain in $("$ipt" -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
-        while "$ipt" -t "$table" -S 2>/dev/null | grep -q -- "-j $chain\b"; do
-          rule=$("$ipt" -t "$table" -S 2>/dev/null | grep -- "-j $chain\b" | head -1 | sed 's/^-A /-D /')
-          # shellcheck disable=SC2086
-          "$ipt" -t "$table" $rule 2>/dev/null || break
-        done
-        "$ipt" -t "$table" -F "$chain" 2>/dev/null
-        "$ipt" -t "$table" -X "$chain" 2>/dev/null
-      done
-    done
-  done
   while read -r what a b; do
     case $what in sysctl) sysctl -qw "$a=$b" ;; esac
   done < "$STATE_ROOT/machine.before"

@@ -23,9 +23,12 @@ JOBSET_HEALTH_PORT=${JOBSET_HEALTH_PORT:-21081}
 KUEUE_HEALTH_PORT=${KUEUE_HEALTH_PORT:-22081}
 TRAINER_HEALTH_PORT=${TRAINER_HEALTH_PORT:-23081}
 TRAINER_STATUS_PORT=${TRAINER_STATUS_PORT:-23444}
-# Memory a worker offers pods, like the seed's 2500 MB node containers.
+# Memory a node offers pods, like the seed's 2500 MB node containers.
 NODE_MEMORY_MB=${NODE_MEMORY_MB:-2500}
+# The cluster's addresses, all inside this machine: PREFIX.0.0/24 is the nodes' network
+# (kind's Docker network; the host is .1, node i is .(i+2)), PREFIX.(i+1).0/24 node i's pods.
 NODE_SUBNET_PREFIX=${NODE_SUBNET_PREFIX:-10.244}
+HOST_IP=$NODE_SUBNET_PREFIX.0.1
 
 log() { printf '[local] %s\n' "$*" >&2; }
 die() { printf '[local] error: %s\n' "$*" >&2; exit 1; }
@@ -61,8 +64,21 @@ cluster_dirs() { # sets STATE RUN for cluster $1
   export STATE RUN
 }
 
-bridge_name() { # CLUSTER INDEX: at most 15 characters, as Linux requires
+bridge_name() { # CLUSTER SUFFIX: a link name, at most 15 characters as Linux requires
   echo "dk$(printf '%s' "$1" | md5sum | cut -c1-8)-$2"
+}
+
+# The nodes, as kind.yaml has them: node i is NODES[i].
+cluster_nodes() { # CLUSTER: sets NODES
+  # shellcheck disable=SC2034  # used by the scripts that source this
+  NODES=("$1-control-plane" "$1-worker" "$1-worker2")
+}
+node_ip() { echo "$NODE_SUBNET_PREFIX.0.$(( $1 + 2 ))"; }        # index -> its address
+pod_prefix() { echo "$NODE_SUBNET_PREFIX.$(( $1 + 1 ))"; }       # index -> its pods' /24
+node_netns() { echo "dispatch-$1"; }                              # node name -> netns
+in_node() { # NODE CMD...: run CMD in the node's network namespace (mounts stay the host's)
+  local ns; ns=$(node_netns "$1"); shift
+  nsenter "--net=/run/netns/$ns" -- "$@"
 }
 
 module_dir() { # module@version -> its directory in the module cache (downloads it)
@@ -117,11 +133,11 @@ wait_until() {
   done
 }
 
-port_free() { # PORT: true when nothing listens on 127.0.0.1:PORT
-  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+port_free() { # PORT [ADDRESS]: true when nothing listens on ADDRESS (127.0.0.1):PORT
+  ! (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
 }
 
 admin_curl() { # PATH: GET from the apiserver as admin
   curl -sf --cacert "$STATE/pki/ca.crt" --cert "$STATE/pki/admin.crt" --key "$STATE/pki/admin.key" \
-    "https://127.0.0.1:$APISERVER_PORT$1"
+    "https://$HOST_IP:$APISERVER_PORT$1"
 }

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Certificates of a local cluster: pki.sh DIR NODE_IP...
+# Certificates of a local cluster: pki.sh DIR CLUSTER HOST_IP NODE=IP...
 # One CA signs the apiserver's serving certificate, client certificates for the admin,
 # the control-plane components, each node (system:node:NAME) and each controller, and one
 # loopback serving certificate shared by the controllers' webhooks. Idempotent.
 set -euo pipefail
-dir=$1; shift
-name=$1; shift
-node_ips=("$@")
+dir=$1 host_ip=$3
+shift 3
+nodes=("$@")
 mkdir -p "$dir"
 cd "$dir"
 
@@ -33,17 +33,17 @@ cert() {
 }
 
 cert apiserver "/CN=kube-apiserver" \
-  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1" serverAuth
+  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:$host_ip,IP:10.96.0.1" serverAuth
 cert admin "/O=system:masters/CN=kubernetes-admin"
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
 cert controller-manager "/CN=system:kube-controller-manager"
 cert scheduler "/CN=system:kube-scheduler"
 cert webhook "/CN=dispatch-local-webhooks" "DNS:localhost,IP:127.0.0.1" serverAuth
 for c in jobset kueue trainer; do cert "$c" "/CN=$c-controller"; done
-i=0
-for ip in "${node_ips[@]}"; do
-  i=$((i + 1))
-  node=$name-worker; [ $i -gt 1 ] && node=$name-worker$i
+# The user the bootstrap ClusterRoleBinding system:node-proxier names.
+cert kube-proxy "/CN=system:kube-proxy"
+for n in "${nodes[@]}"; do
+  node=${n%%=*} ip=${n#*=}
   cert "node-$node" "/O=system:nodes/CN=system:node:$node"
   cert "kubelet-$node" "/CN=$node" "DNS:$node,IP:$ip" serverAuth
 done

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Start a local Kubernetes cluster with no Docker: up.sh NAME KUBECONFIG
 #
-# Real etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback; two
-# worker nodes NAME-worker and NAME-worker2, each a kubelet with its own containerd and
-# runc on its own bridge; JobSet, Kueue and Trainer controllers with their CRDs, RBAC and
-# webhooks; then deploy/base.yaml. Builds what is missing first (cached outside git).
+# The nodes of deploy/kind/kind.yaml: NAME-control-plane (tainted and labelled as kind's)
+# and the workers NAME-worker and NAME-worker2. Each node is a network namespace joined by
+# a veth to one bridge (kind's Docker network), holding that node's kubelet, containerd
+# (with runc) and kube-proxy. Real etcd, kube-apiserver, kube-controller-manager and
+# kube-scheduler run on the host, listening on loopback and the bridge only; JobSet, Kueue
+# and Trainer controllers with their CRDs, RBAC and webhooks; then deploy/base.yaml.
+# Builds what is missing first (cached outside git). Diagram: docs/local-cluster.md.
 # Idempotent: with the cluster running it rewrites KUBECONFIG and returns.
 # Undo everything with down.sh NAME.
 set -euo pipefail
@@ -17,7 +20,7 @@ usage() {
   cat >&2 <<EOF
 usage: $0 NAME KUBECONFIG
   NAME        cluster name (letters, digits and '-', at most 20 characters); nodes are
-              NAME-worker and NAME-worker2
+              NAME-control-plane, NAME-worker and NAME-worker2
   KUBECONFIG  where to write the admin kubeconfig
 EOF
   exit 2
@@ -29,8 +32,8 @@ KUBECONFIG_OUT=$2
 [ -n "$KUBECONFIG_OUT" ] || usage
 [ "$(id -u)" = 0 ] || die "must run as root: it starts kubelets, mounts, bridges and iptables chains"
 cluster_dirs "$CLUSTER_NAME"
-NODES=("$CLUSTER_NAME-worker" "$CLUSTER_NAME-worker2")
-node_ip() { echo "$NODE_SUBNET_PREFIX.$(( $1 + 1 )).1"; }   # index 0 -> .1.1
+cluster_nodes "$CLUSTER_NAME"
+BRIDGE=$(bridge_name "$CLUSTER_NAME" br)
 export PATH="$CACHE/bin:$PATH"
 
 write_kubeconfig() { # OUT USER CERT KEY
@@ -42,7 +45,7 @@ kind: Config
 clusters:
 - name: $CLUSTER_NAME
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://$HOST_IP:$APISERVER_PORT
     certificate-authority-data: $(base64 -w0 < "$STATE/pki/ca.crt")
 users:
 - name: $user
@@ -85,9 +88,11 @@ for v in ETCD_PORT APISERVER_PORT KCM_PORT SCHED_PORT JOBSET_WEBHOOK_PORT KUEUE_
   comp=${v%_PORT}; comp=${comp,,}; comp=${comp//_/ }
   port_free "${!v}" || die "$comp: port 127.0.0.1:${!v} is in use: stop what holds it, or set $v to another port"
 done
-for i in "${!NODES[@]}"; do
-  br=$(bridge_name "$CLUSTER_NAME" "$i")
-  ip link show "$br" >/dev/null 2>&1 && die "bridge $br exists: run down.sh $CLUSTER_NAME"
+ip link show "$BRIDGE" >/dev/null 2>&1 && die "bridge $BRIDGE exists: run down.sh $CLUSTER_NAME"
+ip -4 -o addr show | grep -q " $HOST_IP/" \
+  && die "address $HOST_IP is in use on this machine: set NODE_SUBNET_PREFIX to another 10.x"
+for node in "${NODES[@]}"; do
+  [ -e "/run/netns/$(node_netns "$node")" ] && die "network namespace $(node_netns "$node") exists: run down.sh $CLUSTER_NAME"
 done
 
 mkdir -p "$STATE" "$RUN" "$STATE/logs"
@@ -117,14 +122,41 @@ if [ ! -f "$CACHE/images/busybox.tar" ] || [ "$here/mkimage.py" -nt "$CACHE/imag
 fi
 
 # --- certificates ----------------------------------------------------------------------------
-ips=()
-for i in "${!NODES[@]}"; do ips+=("$(node_ip "$i")"); done
-"$here/pki.sh" "$STATE/pki" "$CLUSTER_NAME" "${ips[@]}"
+node_args=()
+for i in "${!NODES[@]}"; do node_args+=("${NODES[$i]}=$(node_ip "$i")"); done
+"$here/pki.sh" "$STATE/pki" "$CLUSTER_NAME" "$HOST_IP" "${node_args[@]}"
 P=$STATE/pki
 write_kubeconfig "$STATE/admin.kubeconfig" admin "$P/admin.crt" "$P/admin.key"
 write_kubeconfig "$STATE/controller-manager.kubeconfig" kcm "$P/controller-manager.crt" "$P/controller-manager.key"
 write_kubeconfig "$STATE/scheduler.kubeconfig" sched "$P/scheduler.crt" "$P/scheduler.key"
 for c in jobset kueue trainer; do write_kubeconfig "$STATE/$c.kubeconfig" "$c" "$P/$c.crt" "$P/$c.key"; done
+write_kubeconfig "$STATE/kube-proxy.kubeconfig" kube-proxy "$P/kube-proxy.crt" "$P/kube-proxy.key"
+
+# --- the nodes' network ------------------------------------------------------------------------
+# One bridge stands for kind's Docker network: the host holds HOST_IP on it, each node's
+# namespace a veth end. Nothing is forwarded or masqueraded by the host: the nodes' namespaces
+# route pods to each other over the bridge, and the host reaches pods (webhooks) by a route
+# per node. No default route anywhere: traffic stays inside the machine.
+log "creating the nodes' network ($HOST_IP on bridge $BRIDGE)"
+ip link add "$BRIDGE" type bridge
+ip addr add "$HOST_IP/24" dev "$BRIDGE"
+ip link set "$BRIDGE" up
+for i in "${!NODES[@]}"; do
+  node=${NODES[$i]} ns=$(node_netns "${NODES[$i]}") veth=$(bridge_name "$CLUSTER_NAME" "$i")
+  ip netns add "$ns"
+  ip link add "$veth" type veth peer name eth0 netns "$ns"
+  ip link set "$veth" master "$BRIDGE" up
+  in_node "$node" ip link set lo up
+  in_node "$node" ip addr add "$(node_ip "$i")/24" dev eth0
+  in_node "$node" ip link set eth0 up
+  # The node routes for its pods (as a kind node does); its own settings, not the host's.
+  in_node "$node" sysctl -qw net.ipv4.ip_forward=1
+  for j in "${!NODES[@]}"; do
+    [ "$j" = "$i" ] && continue
+    in_node "$node" ip route add "$(pod_prefix "$j").0/24" via "$(node_ip "$j")"
+  done
+  ip route add "$(pod_prefix "$i").0/24" via "$(node_ip "$i")" dev "$BRIDGE"
+done
 
 # --- etcd ------------------------------------------------------------------------------------
 ETCD=$(resolve_bin etcd) || fail etcd "" "no etcd binary (build.sh builds it; or set KUBEBUILDER_ASSETS)"
@@ -140,11 +172,13 @@ wait_until etcd "$STATE/logs/etcd.log" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/
 # --- kube-apiserver ----------------------------------------------------------------------------
 log "starting kube-apiserver"
 # Its command line is kept (NUL-separated) so apiserver.sh can restart it the same way.
+# The host runs no kube-proxy, so the API server reaches Services (the admission webhook) at
+# their endpoints' pod addresses (--enable-aggregator-routing). Pods of a lost node are
+# evicted 10 s after it goes NotReady (kind's default is 300 s) so that node faults show fast.
 # shellcheck disable=SC2054  # the commas are inside flag values (Node,RBAC)
 apiserver_cmd=("$(resolve_bin kube-apiserver)" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" --etcd-prefix "/dispatch-local" \
-  --bind-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
-  --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
+  --bind-address "$HOST_IP" --secure-port "$APISERVER_PORT" --advertise-address "$HOST_IP" \
   --service-cluster-ip-range 10.96.0.0/16 \
   --client-ca-file "$P/ca.crt" --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" \
   --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
@@ -154,6 +188,8 @@ apiserver_cmd=("$(resolve_bin kube-apiserver)" \
   --kubelet-client-key "$P/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types InternalIP,Hostname \
   --allow-privileged=true --profiling=false --v 1 \
+  --enable-aggregator-routing=true \
+  --default-not-ready-toleration-seconds 10 --default-unreachable-toleration-seconds 10 \
   --feature-gates PodLogsQuerySplitStreams=true)
 printf '%s\0' "${apiserver_cmd[@]}" > "$STATE/kube-apiserver.cmdline"
 start_proc kube-apiserver "$STATE/logs/kube-apiserver.log" "${apiserver_cmd[@]}"
@@ -166,7 +202,7 @@ start_proc kube-controller-manager "$STATE/logs/kube-controller-manager.log" "$(
   --authentication-kubeconfig "$STATE/controller-manager.kubeconfig" \
   --authorization-kubeconfig "$STATE/controller-manager.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
-  --controllers garbage-collector-controller,job-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,node-lifecycle-controller,root-ca-certificate-publisher-controller,pod-garbage-collector-controller,taint-eviction-controller \
+  --controllers garbage-collector-controller,job-controller,deployment-controller,replicaset-controller,endpoints-controller,endpointslice-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,node-lifecycle-controller,root-ca-certificate-publisher-controller,pod-garbage-collector-controller,taint-eviction-controller \
   --use-service-account-credentials --root-ca-file "$P/ca.crt" \
   --service-account-private-key-file "$P/sa.key" \
   --node-monitor-grace-period 20s --v 1
@@ -179,24 +215,20 @@ wait_until kube-controller-manager "$STATE/logs/kube-controller-manager.log" 60 
   curl -skf "https://127.0.0.1:$KCM_PORT/healthz"
 wait_until kube-scheduler "$STATE/logs/kube-scheduler.log" 60 curl -skf "https://127.0.0.1:$SCHED_PORT/healthz"
 
-# --- worker nodes ------------------------------------------------------------------------------
+# --- nodes ------------------------------------------------------------------------------------
 mem_total_mb=$(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo)
 reserved_mb=$(( mem_total_mb > NODE_MEMORY_MB ? mem_total_mb - NODE_MEMORY_MB : 0 ))
 for i in "${!NODES[@]}"; do
-  node=${NODES[$i]} ip=$(node_ip "$i") br=$(bridge_name "$CLUSTER_NAME" "$i")
+  node=${NODES[$i]} ip=$(node_ip "$i") pods=$(pod_prefix "$i")
   N=$STATE/nodes/$node R=$RUN/$node
   mkdir -p "$N/containerd" "$N/kubelet" "$N/cni/net.d" "$N/cni/cache" "$N/cni/ipam" "$N/pod-logs" "$R"
-  log "starting node $node ($ip on bridge $br)"
-  # A bridge of its own: pods get addresses in NODE_SUBNET_PREFIX.(i+1).0/24 that stay on
-  # this machine (no gateway, no masquerade, no forwarding).
-  ip link add "$br" type bridge
-  ip addr add "$ip/24" dev "$br"
-  ip link set "$br" up
+  log "starting node $node ($ip, pods $pods.0/24, network namespace $(node_netns "$node"))"
+  # Pods on a bridge inside the node's namespace, the node their gateway; no masquerade.
   cat > "$N/cni/net.d/10-dispatch.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "dispatch-$node", "plugins": [
-  {"type": "bridge", "bridge": "$br", "isGateway": false, "ipMasq": false, "hairpinMode": true,
-   "ipam": {"type": "host-local", "dataDir": "$N/cni/ipam",
-            "ranges": [[{"subnet": "${ip%.1}.0/24", "rangeStart": "${ip%.1}.10", "rangeEnd": "${ip%.1}.250"}]]}},
+  {"type": "bridge", "bridge": "pods0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$N/cni/ipam", "routes": [{"dst": "0.0.0.0/0"}],
+            "ranges": [[{"subnet": "$pods.0/24", "gateway": "$pods.1", "rangeStart": "$pods.10", "rangeEnd": "$pods.250"}]]}},
   {"type": "loopback"}]}
 EOF
   cat > "$N/containerd.toml" <<EOF
@@ -229,7 +261,8 @@ state = "$R/containerd"
 [plugins."io.containerd.internal.v1.opt"]
   path = "$N/containerd/opt"
 EOF
-  start_proc "containerd-$node" "$STATE/logs/containerd-$node.log" containerd --config "$N/containerd.toml"
+  start_proc "containerd-$node" "$STATE/logs/containerd-$node.log" \
+    nsenter "--net=/run/netns/$(node_netns "$node")" -- containerd --config "$N/containerd.toml"
   wait_until "containerd-$node" "$STATE/logs/containerd-$node.log" 30 \
     ctr --address "$R/containerd.sock" version
   for img in pause busybox; do
@@ -288,14 +321,38 @@ shutdownGracePeriod: 0s
 # Alpha in 1.37: lets a client read a container's stdout and stderr apart.
 featureGates: {PodLogsQuerySplitStreams: true}
 EOF
-  start_proc "kubelet-$node" "$STATE/logs/kubelet-$node.log" "$(resolve_bin kubelet)" \
+  taints=()
+  # kind's control-plane node: no ordinary pod lands there (its role label follows below).
+  [ "$i" = 0 ] && taints=(--register-with-taints "node-role.kubernetes.io/control-plane=:NoSchedule")
+  # The kubelet's command line is kept (NUL-separated) so kubelet.sh restarts it the same way.
+  kubelet_cmd=(nsenter "--net=/run/netns/$(node_netns "$node")" -- "$(resolve_bin kubelet)" \
     --config "$N/kubelet.yaml" --kubeconfig "$N/kubelet.kubeconfig" \
     --root-dir "$N/kubelet" --cert-dir "$N/kubelet/pki" --hostname-override "$node" \
-    --node-ip "$ip" --node-labels "dispatch.phpboyscout.uk/local-node=true" --v 1
+    --node-ip "$ip" --node-labels "dispatch.phpboyscout.uk/local-node=true" "${taints[@]}" --v 1)
+  printf '%s\0' "${kubelet_cmd[@]}" > "$N/kubelet.cmdline"
+  start_proc "kubelet-$node" "$STATE/logs/kubelet-$node.log" "${kubelet_cmd[@]}"
+  # One kube-proxy per node, in its namespace: the `kubernetes` Service and every other
+  # ClusterIP work from pods. It leaves the machine's conntrack settings alone (zeros).
+  write_kubeconfig "$N/kube-proxy.kubeconfig" kube-proxy "$P/kube-proxy.crt" "$P/kube-proxy.key"
+  start_proc "kube-proxy-$node" "$STATE/logs/kube-proxy-$node.log" \
+    nsenter "--net=/run/netns/$(node_netns "$node")" -- "$(resolve_bin kube-proxy)" \
+    --kubeconfig "$N/kube-proxy.kubeconfig" --hostname-override "$node" --proxy-mode iptables \
+    --cluster-cidr "$NODE_SUBNET_PREFIX.0.0/16" --bind-address "$ip" \
+    --metrics-bind-address "$ip:10249" --healthz-bind-address "$ip:10256" \
+    --conntrack-max-per-core 0 --conntrack-min 0 \
+    --conntrack-tcp-timeout-established 0 --conntrack-tcp-timeout-close-wait 0 --v 1
 done
 for node in "${NODES[@]}"; do
   wait_until "kubelet-$node" "$STATE/logs/kubelet-$node.log" 90 \
     sh -c "'$(resolve_bin kubectl)' --kubeconfig '$STATE/admin.kubeconfig' get node '$node' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+done
+# A kubelet may not give itself a role label (NodeRestriction); kind labels it as kubeadm does.
+kctl label --overwrite node "${NODES[0]}" node-role.kubernetes.io/control-plane= \
+  node.kubernetes.io/exclude-from-external-load-balancers= >>"$STATE/logs/install.log" 2>&1 \
+  || fail "${NODES[0]}" "$STATE/logs/install.log" "labelling the control-plane node failed"
+for i in "${!NODES[@]}"; do
+  wait_until "kube-proxy-${NODES[$i]}" "$STATE/logs/kube-proxy-${NODES[$i]}.log" 60 \
+    curl -sf "http://$(node_ip "$i"):10256/healthz"
 done
 
 # --- JobSet, Kueue and Trainer ------------------------------------------------------------------
@@ -378,6 +435,65 @@ until kctl apply --server-side -f "$repo/deploy/base.yaml" >>"$STATE/logs/instal
   [ $SECONDS -lt $deadline ] || fail base.yaml "$STATE/logs/install.log" "applying deploy/base.yaml failed"
   sleep 1
 done
+
+# --- the admission controller, deployed as users deploy it --------------------------------------
+# DISPATCH_CONTROLLER=host leaves it out: run it as a host process with admission.sh instead.
+if [ "${DISPATCH_CONTROLLER:-cluster}" = cluster ]; then
+  log "building the admission controller's image (no Docker: controller-image.sh)"
+  image_tar=$("$here/controller-image.sh" "$CACHE/images") \
+    || fail image "" "building localhost/dispatch-admission:kind failed (its step and log are above)"
+  for node in "${NODES[@]}"; do
+    ctr --address "$RUN/$node/containerd.sock" -n k8s.io images import --no-unpack=false \
+      "$image_tar" >>"$STATE/logs/containerd-$node.log" 2>&1 \
+      || fail "containerd-$node" "$STATE/logs/containerd-$node.log" "importing the controller's image failed"
+  done
+  # deploy/admission as shipped, with three changes a kind user makes too: the image built
+  # above; the controllers pinned to the control-plane node (the seed's step 6); and the
+  # A-write policy's plain-mode list naming this cluster's admin, whom the tutorials'
+  # library logs in as.
+  O=$STATE/admission
+  mkdir -p "$O"
+  cat > "$O/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [$(python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$repo/deploy/admission" "$O")]
+images: [{name: localhost/dispatch-admission, newTag: kind}]
+patches:
+  - target: {kind: Deployment, name: dispatch-admission}
+    patch: |
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: dispatch-admission, namespace: dispatch-system}
+      spec:
+        template:
+          spec:
+            nodeSelector: {node-role.kubernetes.io/control-plane: ""}
+            tolerations:
+              - {key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}
+  - target: {kind: ConfigMap, name: dispatch-admission-count-plain}
+    patch: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: dispatch-admission-count-plain, namespace: dispatch-system}
+      data: {writers: "kubernetes-admin\n"}
+EOF
+  log "deploying the admission controller (kubectl apply -k) to ${NODES[0]}"
+  kctl apply --server-side --force-conflicts -k "$O" >>"$STATE/logs/install.log" 2>&1 \
+    || fail admission "$STATE/logs/install.log" "kubectl apply -k deploy/admission failed"
+  if ! kctl -n dispatch-system rollout status deployment/dispatch-admission --timeout 120s \
+      >>"$STATE/logs/install.log" 2>&1; then
+    { kctl -n dispatch-system get pods -o wide || true
+      kctl -n dispatch-system get events --sort-by .lastTimestamp | tail -n 20 || true
+      kctl -n dispatch-system logs deployment/dispatch-admission --all-containers --tail 20 || true
+    } >>"$STATE/logs/install.log" 2>&1
+    fail admission "$STATE/logs/install.log" "the Deployment did not roll out within 120 s (pods, events and its last log lines are in the log)"
+  fi
+  deadline=$((SECONDS + 60))
+  until [ -n "$(kctl -n dispatch-system get lease dispatch-admission -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null)" ]; do
+    [ $SECONDS -lt $deadline ] || fail admission "$STATE/logs/install.log" "no replica took Lease dispatch-system/dispatch-admission within 60 s"
+    sleep 0.5
+  done
+fi
 
 touch "$STATE/ready"
 cp "$STATE/admin.kubeconfig" "$KUBECONFIG_OUT.tmp" && mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"

@@ -1,11 +1,17 @@
-"""The ``admission`` fixture: the admission controller as host processes on the test cluster.
+"""The ``admission`` fixture: the admission controller the tests run against.
 
-Registered as a pytest plugin by tests/conftest.py. Every replica listens on the webhook
-address the MutatingWebhookConfiguration names (127.0.0.1:9443, or $DISPATCH_TEST_WEBHOOK;
-shared with SO_REUSEPORT)
-and serves with the shared TLS Secret, so any live replica answers the API server, as
-endpoints behind a Service would. A controller started by ``deploy/local/admission.sh`` is
-paused for the session and started again afterwards.
+Registered as a pytest plugin by tests/conftest.py. ``await admission.deployed()`` is the
+default: the controller as users deploy it, the Deployment ``dispatch-system/dispatch-admission``
+that deploy/local/up.sh rolls out (two replicas on the control-plane node, webhook behind its
+Service). Tests that inject faults at a precise instant (an env-selected crash point, a
+SIGKILL of one replica, a shorter lease) start host-process replicas with
+``admission.start(...)`` instead; the Deployment is scaled to zero first, so the two never
+run at once, and ``deployed()`` scales it back. Every host replica listens on the webhook
+address the MutatingWebhookConfiguration then names (127.0.0.1:9443, or
+$DISPATCH_TEST_WEBHOOK; shared with SO_REUSEPORT) and serves with a TLS Secret of its own
+(its certificate names 127.0.0.1), so any live replica answers the API server, as endpoints
+behind a Service would. A controller started by ``deploy/local/admission.sh`` is paused for
+the session and started again afterwards.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,7 +48,13 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy/local/admission.sh"
 # Another cluster on this machine needs a webhook address of its own.
 WEBHOOK = os.environ.get("DISPATCH_TEST_WEBHOOK", "127.0.0.1:9443")
-TLS_SECRET = "dispatch-admission-tls"
+# Not the in-cluster controller's Secret: a host replica's certificate names 127.0.0.1.
+TLS_SECRET = "dispatch-admission-host-tls"
+DEPLOYMENT = r.Resource("apps", "v1", "deployments", "Deployment")
+# deploy/admission's Deployment, Service and pod label (not names.CONTROLLER_NAME, the
+# AdmissionCheck's controllerName).
+DEPLOYMENT_NAME = "dispatch-admission"
+DEPLOYED_REPLICAS = 2
 RESOURCE_FLAVOR = r.Resource(names.KUEUE_GROUP, names.KUEUE_VERSION, "resourceflavors",
                              "ResourceFlavor", namespaced=False)
 
@@ -98,10 +111,73 @@ class AdmissionHandle:
     renew_deadline: float = 4.0
     retry_period: float = 1.0
     replicas: list[Replica] = field(default_factory=list)
+    admin_kubeconfig: str = ""
+    used_deployment: bool = False
+
+    def _kubectl(self, *args: str) -> str:
+        done = subprocess.run([kubectl_binary(), "--kubeconfig", self.admin_kubeconfig,
+                               "-n", names.CONTROLLER_NAMESPACE, *args],
+                              capture_output=True, text=True, check=False, timeout=150)
+        if done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr}")
+        return done.stdout
+
+    def _has_deployment(self) -> bool:
+        return bool(self.admin_kubeconfig) and subprocess.run(
+            [kubectl_binary(), "--kubeconfig", self.admin_kubeconfig, "-n",
+             names.CONTROLLER_NAMESPACE, "get", "deployment", DEPLOYMENT_NAME],
+            capture_output=True, check=False).returncode == 0
+
+    def _scale_deployment_to_zero(self) -> None:
+        """No in-cluster replica runs beside host replicas: they would share the Lease."""
+        if not self._has_deployment():
+            return
+        self._kubectl("scale", "deployment", DEPLOYMENT_NAME, "--replicas=0")
+        self._kubectl("wait", "--for=delete", "pod", "-l",
+                      f"app.kubernetes.io/name={DEPLOYMENT_NAME}", "--timeout=60s")
+
+    async def deployed(self, kube: Kube, limit: float = 120) -> str:
+        """The in-cluster controller, all replicas Ready and one of them leading; returns the
+        leader's pod name. Host replicas of this test are stopped first."""
+        if not self._has_deployment():
+            raise AssertionError(
+                "no Deployment dispatch-system/dispatch-admission: deploy/local/up.sh deploys "
+                "it unless DISPATCH_CONTROLLER=host; on another cluster apply deploy/admission")
+        self.stop_all()
+        self.replicas.clear()
+        self.used_deployment = True
+        # Scaling sets an absolute count: idempotent.
+        self._kubectl("scale", "deployment", DEPLOYMENT_NAME,
+                      f"--replicas={DEPLOYED_REPLICAS}")
+        self._kubectl("rollout", "status", f"deployment/{DEPLOYMENT_NAME}",
+                      f"--timeout={int(limit)}s")
+        deadline = time.monotonic() + limit
+        while True:
+            pods, _ = await kube.list(r.POD, names.CONTROLLER_NAMESPACE,
+                                   label_selector=f"app.kubernetes.io/name={DEPLOYMENT_NAME}")
+            live = {p["metadata"]["name"] for p in pods
+                    if not p["metadata"].get("deletionTimestamp")}
+            holder = await self.holder(kube)
+            if holder in live:
+                return holder
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no pod of {sorted(live)} leads (holder {holder!r})")
+            await asyncio.sleep(0.2)
+
+    def deployed_logs(self) -> str:
+        if not self.used_deployment:
+            return ""
+        done = subprocess.run([kubectl_binary(), "--kubeconfig", self.admin_kubeconfig, "-n",
+                               names.CONTROLLER_NAMESPACE, "logs", "--prefix", "--tail=200",
+                               "-l", f"app.kubernetes.io/name={DEPLOYMENT_NAME}"],
+                              capture_output=True, text=True, check=False)
+        return done.stdout + done.stderr
 
     def start(self, *, identity: str | None = None, env: dict[str, str] | None = None,
               wait: bool = True, args: tuple[str, ...] = ()) -> Replica:
-        """Start a replica; ``args`` are added last (so they override the defaults)."""
+        """Start a host replica; ``args`` are added last (so they override the defaults)."""
+        if not self.replicas:
+            self._scale_deployment_to_zero()
         identity = identity or f"adm-test-{uuid.uuid4().hex[:6]}"
         health = _free_port()
         log = self.state / f"{identity}.log"
@@ -206,15 +282,28 @@ async def a_policy_in_force(kube: Kube) -> AsyncIterator[None]:
         yield
 
 
+@pytest.fixture(scope="session")
+def _deployment_restored(kubeconfig: str) -> Iterator[None]:
+    """The in-cluster controller as up.sh left it once the session ends (host-replica tests
+    scale it to zero)."""
+    yield
+    handle = AdmissionHandle(kubeconfig=kubeconfig, state=Path("/tmp"),
+                             admin_kubeconfig=kubeconfig)
+    if handle._has_deployment():
+        handle._kubectl("scale", "deployment", DEPLOYMENT_NAME,
+                        f"--replicas={DEPLOYED_REPLICAS}")
+
+
 @pytest_asyncio.fixture
 async def admission(kubeconfig: str, kube: Kube, _host_controller_paused: None,
+                    _deployment_restored: None,
                     admission_base: None, a_policy_in_force: None, _admission_turn: None,
                     tmp_path: Path) -> AsyncIterator[AdmissionHandle]:
     # Only the controller may write A in Kueue mode, and the tests' library is the admin:
     # the replicas log in as the controller's ServiceAccount, as in a cluster.
     await ensure_controller_identity(kube)
     path = await controller_kubeconfig(kube, kubeconfig, tmp_path / "controller.kubeconfig")
-    handle = AdmissionHandle(kubeconfig=path, state=tmp_path)
+    handle = AdmissionHandle(kubeconfig=path, state=tmp_path, admin_kubeconfig=kubeconfig)
     try:
         yield handle
     finally:
@@ -222,7 +311,24 @@ async def admission(kubeconfig: str, kube: Kube, _host_controller_paused: None,
 
 
 def dump_logs(handle: AdmissionHandle) -> str:
-    return "\n".join(f"--- {rep.identity}\n{rep.log_text()[-4000:]}" for rep in handle.replicas)
+    return "\n".join([f"--- {rep.identity}\n{rep.log_text()[-4000:]}" for rep in handle.replicas]
+                     + [handle.deployed_logs()[-8000:]])
+
+
+def kubectl_binary() -> str:
+    """The cluster's own kubectl (deploy/local/lib.sh's cache), else one on PATH."""
+    given = os.environ.get("DISPATCH_KUBECTL")
+    if given:
+        return given
+    cache = Path(os.environ.get("DISPATCH_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dispatch-kubeflow")
+    cached = sorted((cache / "bin").glob("kubectl-v*"))
+    if cached:
+        return str(cached[-1])
+    found = shutil.which("kubectl")
+    if not found:
+        pytest.skip("no kubectl")
+    return found
 
 
 Obj = dict[str, Any]

@@ -197,8 +197,7 @@ def first_and_rest(reason: str) -> tuple[str, str]:
 async def test_preflight_proves_the_policy_is_in_force(
         kubeconfig: str, kube: Kube, namespace: str, admission: AdmissionHandle) -> None:
     await make_queues(kube, namespace, checks=[names.ADMISSION_CHECK])
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     who = await username(kube)
     try:
         async with await Backend.connect(settings(kubeconfig, namespace)) as b:

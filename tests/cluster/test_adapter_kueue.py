@@ -101,8 +101,7 @@ async def queued(kube: Kube, namespace: str) -> AsyncIterator[str]:
 @pytest_asyncio.fixture
 async def backend(kubeconfig: str, queued: str, admission: Any, kube: Kube
                   ) -> AsyncIterator[Backend]:
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     async with await Backend.connect(settings(kubeconfig, queued)) as b:
         yield b
 
@@ -256,8 +255,7 @@ async def test_bad_inputs_leave_nothing(backend: Backend, kube: Kube, queued: st
 
 async def test_cluster_queue_with_on_flavors_is_refused(
         kubeconfig: str, kube: Kube, namespace: str, admission: Any) -> None:
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     await make_queues(kube, namespace, checks=[names.ADMISSION_CHECK],
                       on_flavors=["default-flavor"])
     try:

@@ -47,8 +47,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 @pytest_asyncio.fixture
 async def plain(kubeconfig: str, namespace: str, admission: Any, kube: Kube
                 ) -> AsyncIterator[Backend]:
-    admission.start()  # the webhook injects the identity in both modes
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)  # the webhook injects the identity in both modes
     async with await Backend.connect({
         "cluster": {"kubeconfig": kubeconfig}, "namespace": namespace,
         "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},

@@ -160,7 +160,7 @@ SLOW_TERM = ("env | grep ^DISPATCH_ | sort; echo ready; "
 
 async def test_a_rises_once_per_admission_and_waits_for_terminating_pods(
         kube: Kube, ns: str, admission: AdmissionHandle) -> None:
-    admission.start()
+    await admission.deployed(kube)
     job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
     try:
         await wait_ready(kube, ns, tj)
@@ -218,7 +218,7 @@ async def _terminating(kube: Kube, ns: str, tj: str) -> bool:
 
 async def test_identity_counts_jobset_restarts(kube: Kube, ns: str,
                                                admission: AdmissionHandle) -> None:
-    admission.start()
+    await admission.deployed(kube)
     # The first execution (J = 0) fails, so JobSet restarts it: J = 1, R = A + J = 2.
     cmd = ('env | grep ^DISPATCH_ | sort; case "$DISPATCH_ATTEMPT" in *.0) exit 1;; esac; '
            "echo ready; trap 'exit 143' TERM; while :; do sleep 1; done")
@@ -332,7 +332,7 @@ async def test_active_condition_and_lease_release_on_clean_shutdown(
 
 async def test_expired_hold_is_released(kube: Kube, ns: str,
                                         admission: AdmissionHandle) -> None:
-    admission.start()
+    await admission.deployed(kube)
     _, tj = await dispatch_job(kube, ns, SLOW_TERM, nodes=1)
     wl = await eventually(lambda: workload(kube, ns, tj), 60, "the Workload")
     until = (datetime.now(UTC) + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -355,7 +355,7 @@ async def test_kopf_style_writes_are_absent(kube: Kube, ns: str,
                                             admission: AdmissionHandle) -> None:
     """kopf runs the controller but writes nothing: Kueue's, Trainer's objects and the pods
     carry no kopf finalizer, annotation or managed fields, and ours only our check's status."""
-    admission.start()
+    await admission.deployed(kube)
     _, tj = await dispatch_job(kube, ns, SLOW_TERM, nodes=1)
     wl = await wait_ready(kube, ns, tj)
     await wait_running_pods(kube, ns, tj, 1, "ready")

@@ -9,9 +9,7 @@ process with a kubeconfig holding a token of that ServiceAccount.
 from __future__ import annotations
 
 import copy
-import os
 import re
-import shutil
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
@@ -31,6 +29,7 @@ from tests.cluster.admission_fixture import (
     AdmissionHandle,
     controller_kubeconfig,
     dump_logs,
+    kubectl_binary,
 )
 from tests.cluster.helpers import (
     delete_cluster_queue,
@@ -75,20 +74,6 @@ RESOURCES: dict[str, Resource] = {
 IDENTITY_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
-def kubectl_binary() -> str:
-    """The cluster's own kubectl (deploy/local/lib.sh's cache), else one on PATH."""
-    given = os.environ.get("DISPATCH_KUBECTL")
-    if given:
-        return given
-    cache = Path(os.environ.get("DISPATCH_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dispatch-kubeflow")
-    cached = sorted((cache / "bin").glob("kubectl-v*"))
-    if cached:
-        return str(cached[-1])
-    found = shutil.which("kubectl")
-    if not found:
-        pytest.skip("no kubectl")
-    return found
 
 
 def kubectl(kubeconfig: str, *args: str, stdin: str | None = None,

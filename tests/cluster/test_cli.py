@@ -77,8 +77,7 @@ async def ns(kube: Kube, namespace: str) -> AsyncIterator[str]:
 @pytest_asyncio.fixture
 async def lib(kubeconfig: str, ns: str, admission: Any, kube: Kube) -> AsyncIterator[Backend]:
     """The library, beside the plugin, with the admission controller running."""
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     async with await Backend.connect(settings(kubeconfig, ns)) as b:
         yield b
 
@@ -437,8 +436,7 @@ async def docs_ns(kube: Kube) -> AsyncIterator[str]:
 
 async def test_the_docs_page_captures(kubeconfig: str, docs_ns: str, admission: Any,
                                       kube: Kube, tmp_path: Path) -> None:
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     cap = capture_module()
     path = tmp_path / "settings.json"
     path.write_text(json.dumps(settings(kubeconfig, docs_ns)))

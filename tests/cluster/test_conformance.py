@@ -50,8 +50,7 @@ async def left_behind(kube: Kube, name: str) -> list[str]:
 
 async def test_suite_passes_and_leaves_nothing(kubeconfig: str, kube: Kube,
                                                admission: Any) -> None:
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     ns = f"dk-conf-{uuid.uuid4().hex[:8]}"
     rc, out = await conformance(kubeconfig, "--namespace", ns)
     assert rc == 0, out
@@ -64,8 +63,7 @@ async def test_suite_passes_and_leaves_nothing(kubeconfig: str, kube: Kube,
 async def test_a_failing_check_still_cleans_up(kubeconfig: str, kube: Kube,
                                                admission: Any) -> None:
     """A runtime that does not exist: preflight fails, the rest is not run, nothing is left."""
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     ns = f"dk-conf-{uuid.uuid4().hex[:8]}"
     rc, out = await conformance(kubeconfig, "--namespace", ns, "--runtime", "no-such-runtime")
     assert rc == 1, out

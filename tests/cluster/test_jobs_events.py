@@ -22,8 +22,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 async def kueue_backend(kubeconfig: str, namespace: str, admission: Any,
                         kube: Kube) -> AsyncIterator[Backend]:
     await make_queues(kube, namespace, checks=[names.ADMISSION_CHECK], cpu="2", memory="1Gi")
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     try:
         async with await Backend.connect(settings(kubeconfig, namespace)) as b:
             yield b

@@ -90,8 +90,7 @@ async def ns(kube: Kube, namespace: str) -> AsyncIterator[str]:
 async def test_the_sdk_reads_a_dispatch_job_as_any_trainjob(
         kubeconfig: str, ns: str, admission: Any, kube: Kube, tmp_path: Path) -> None:
     python = await asyncio.to_thread(sdk_python)
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     plain = f"plain-{ns}"
     async with await Backend.connect(settings(kubeconfig, ns)) as backend:
         job = JobID.new()

@@ -43,8 +43,7 @@ AT_ONCE = 5
 async def two_backends(kubeconfig: str, kube: Kube, namespace: str, admission: Any
                        ) -> AsyncIterator[tuple[Backend, Backend]]:
     await make_queues(kube, namespace, checks=[names.ADMISSION_CHECK], cpu="3", memory="2Gi")
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     try:
         async with await Backend.connect(settings(kubeconfig, namespace)) as one, \
                 await Backend.connect(settings(kubeconfig, namespace)) as two:

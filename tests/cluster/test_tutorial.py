@@ -77,8 +77,7 @@ async def tutorial_queues(kube: Kube) -> AsyncIterator[None]:
 
 async def test_tutorial_prints_what_the_seed_shows(
         kubeconfig: str, kube: Kube, admission: Any, tutorial_queues: None) -> None:
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(TUTORIAL), cwd=REPO,
         env={**os.environ, "KUBECONFIG": kubeconfig},

@@ -118,8 +118,7 @@ async def test_a_wait_returns_the_state_reached_across_an_apiserver_restart(
 
 async def test_the_controller_approves_an_admission_after_an_apiserver_restart(
         restartable: str, kube: Kube, ns: str, admission: AdmissionHandle) -> None:
-    admission.start()
-    await admission.wait_leader(kube)
+    await admission.deployed(kube)
     first = await dispatch_job_patiently(kube, ns, "echo first")
     await wait_ready(kube, ns, first)
 

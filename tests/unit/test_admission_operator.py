@@ -204,3 +204,22 @@ def test_kopf_records_are_json_with_the_object() -> None:
     assert out["logger"] == "kopf.objects"
     assert out["msg"] == "Handler failed"
     assert not {"settings", "k8s_skip", "k8s_ref"} & set(out)
+
+
+def test_kopf_gets_our_identity_and_never_looks_up_the_user(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image runs as uid 65532, which has no passwd entry: kopf's own identity
+    (getpass.getuser()) raised KeyError there and the pods crash-looped."""
+    import getpass
+
+    def no_user() -> str:
+        raise KeyError("getpwuid(): uid not found: 65532")
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    seen: dict[str, Any] = {}
+
+    async def fake_operator(**kwargs: Any) -> None:
+        seen.update(kwargs)
+    monkeypatch.setattr(kopf, "operator", fake_operator)
+    controller = Controller(kube=None, config=Config(identity="pod-a"))  # type: ignore[arg-type]
+    asyncio.run(operator.run(controller, operator.Login(kubeconfig="unused")))
+    assert seen["identity"] == "pod-a"
