@@ -274,3 +274,48 @@ async def test_a_paused_worker_goes_not_ready_and_comes_back(kube: Kube) -> None
         return await ready_status() == "True"
 
     await eventually(back, 60, f"{node} Ready again after resume")
+
+
+@pytest.mark.skipif(bool(os.environ.get("KUBECONFIG")), reason="the local cluster's network")
+async def test_nodes_are_kinds_and_pods_reach_each_other_and_nothing_outside(
+        kube: Kube, namespace: str) -> None:
+    cluster = os.environ.get("DISPATCH_TEST_CLUSTER", "dk")
+    nodes = {n["metadata"]["name"]: n for n in (await kube.list(r.NODE))[0]}
+    assert sorted(nodes) == [f"{cluster}-control-plane", f"{cluster}-worker",
+                             f"{cluster}-worker2"]
+    cp = nodes[f"{cluster}-control-plane"]
+    assert "node-role.kubernetes.io/control-plane" in cp["metadata"]["labels"]
+    assert {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"} in \
+        cp["spec"]["taints"]
+    image = "localhost/dispatch-busybox:kind"
+
+    def pod(name: str, node: str, script: str) -> Obj:
+        return {"metadata": {"name": name}, "spec": {
+            "nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": image, "imagePullPolicy": "Never",
+                            "command": ["sh", "-c", script]}]}}
+
+    await kube.create(r.POD, pod("server", f"{cluster}-worker",
+                                 "mkdir -p /tmp/www && echo across > /tmp/www/index.html && "
+                                 "httpd -f -p 8080 -h /tmp/www"), namespace)
+
+    async def serving() -> str | None:
+        p = await kube.get(r.POD, "server", namespace)
+        return p["status"].get("podIP") if p["status"].get("phase") == "Running" else None
+    ip = await eventually(serving, 60, "the server pod running")
+    # From the other worker: the server pod, the API server through the `kubernetes`
+    # Service (kube-proxy in the node's namespace), and nothing outside the machine.
+    await kube.create(r.POD, pod("client", f"{cluster}-worker2", (
+        f"wget -q -O- http://{ip}:8080/; "
+        "nc -w 3 10.96.0.1 443 </dev/null && echo service-ok; "
+        "nc -w 3 192.0.2.1 80 </dev/null 2>&1 || echo outside-unreachable")), namespace)
+
+    async def finished() -> Obj | None:
+        p = await kube.get(r.POD, "client", namespace)
+        return p if p["status"].get("phase") in ("Succeeded", "Failed") else None
+    await eventually(finished, 60, "the client pod finished")
+    out = await pod_log(kube, namespace, "client")
+    assert out.splitlines()[0] == "across", out
+    assert "service-ok" in out
+    assert "outside-unreachable" in out, out
+    assert "Network is unreachable" in out, out

@@ -53,12 +53,35 @@ def machine_snapshot() -> dict[str, object]:
         "chains": sorted(sh("for t in filter nat mangle; do iptables -t $t -S 2>/dev/null | "
                             "grep '^-N'; done").splitlines()),
         "sysctls": {k: Path(f"/proc/sys/{k.replace('.', '/')}").read_text().strip()
-                    for k in ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops")},
+                    for k in ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops",
+                              "net.ipv4.ip_forward")},
+        "routes": sorted(line for line in sh("ip -4 route show").splitlines()
+                         if "10.245." in line),
         "dirs": {d: os.path.exists(d) for d in ("/var/lib/kubelet", "/var/lib/cni",
                                                  "/var/log/containers", "/var/log/pods",
                                                  "/var/lib/dispatch-local", "/run/dispatch-local")},
         "netns": sorted(sh("ip netns list | awk '{print $1}'").split()),
     }
+
+
+def host_forwarding() -> str:
+    return Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
+
+
+def listening_outside() -> list[str]:
+    """Sockets of this cluster's host processes that listen anywhere but loopback and the
+    nodes' bridge (the nodes' own processes are in their namespaces, off the host's)."""
+    pids = {p.read_text().strip() for p in (STATE / "pids").iterdir()}
+    done = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True)
+    bad = []
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        local, users = fields[3], " ".join(fields[5:])
+        if not any(f"pid={pid}," in users for pid in pids):
+            continue
+        if local.rsplit(":", 1)[0] not in ("127.0.0.1", "10.245.0.1"):
+            bad.append(line)
+    return bad
 
 
 async def run_one_job(kubeconfig: str) -> None:
@@ -80,6 +103,7 @@ async def run_one_job(kubeconfig: str) -> None:
 @pytest.mark.skipif(bool(os.environ.get("KUBECONFIG")), reason="runs the local cluster itself")
 def test_up_run_down_twice_leaves_the_machine_as_it_was(tmp_path: Path) -> None:
     before = machine_snapshot()
+    forwarding_before = host_forwarding()
     for round_ in (1, 2):
         kubeconfig = tmp_path / f"{NAME}-{round_}.kubeconfig"
         subprocess.run([str(REPO / "deploy/local/up.sh"), NAME, str(kubeconfig)], check=True,
@@ -89,6 +113,10 @@ def test_up_run_down_twice_leaves_the_machine_as_it_was(tmp_path: Path) -> None:
             assert during["processes"]
             assert during["links"]
             assert during["mounts"]
+            assert during["routes"], "no route to the nodes' pods"
+            # The host forwards nothing; the nodes forward in their own namespaces.
+            assert host_forwarding() == forwarding_before, "the host's forwarding changed"
+            assert listening_outside() == []
             # A second up.sh with the cluster running returns quickly and changes nothing.
             subprocess.run([str(REPO / "deploy/local/up.sh"), NAME, str(kubeconfig)], check=True,
                            timeout=20, env=ENV)
