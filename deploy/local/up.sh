@@ -81,6 +81,12 @@ fi
 t0=$SECONDS
 "$here/deps.sh"
 "$here/build.sh"
+# The controller's image first: a failed build (no network, a pip error) costs no cluster.
+if [ "${DISPATCH_CONTROLLER:-cluster}" = cluster ]; then
+  log "building the admission controller's image (no Docker: controller-image.sh)"
+  image_tar=$("$here/controller-image.sh" "$CACHE/images") \
+    || die "building localhost/dispatch-admission:kind failed (its step and log are above); nothing was started"
+fi
 
 for v in ETCD_PORT APISERVER_PORT KCM_PORT SCHED_PORT JOBSET_WEBHOOK_PORT KUEUE_WEBHOOK_PORT \
          TRAINER_WEBHOOK_PORT JOBSET_HEALTH_PORT KUEUE_HEALTH_PORT TRAINER_HEALTH_PORT \
@@ -216,6 +222,7 @@ wait_until kube-controller-manager "$STATE/logs/kube-controller-manager.log" 60 
 wait_until kube-scheduler "$STATE/logs/kube-scheduler.log" 60 curl -skf "https://127.0.0.1:$SCHED_PORT/healthz"
 
 # --- nodes ------------------------------------------------------------------------------------
+import_pids=()
 mem_total_mb=$(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo)
 reserved_mb=$(( mem_total_mb > NODE_MEMORY_MB ? mem_total_mb - NODE_MEMORY_MB : 0 ))
 for i in "${!NODES[@]}"; do
@@ -270,6 +277,13 @@ EOF
       "$CACHE/images/$img.tar" >>"$STATE/logs/containerd-$node.log" 2>&1 \
       || fail "containerd-$node" "$STATE/logs/containerd-$node.log" "importing the $img image failed"
   done
+  # The controller's image (about 200 MB) is unpacked in the background while the rest
+  # starts; the deployment below waits for every node's import.
+  if [ -n "${image_tar:-}" ]; then
+    ctr --address "$R/containerd.sock" -n k8s.io images import --no-unpack=false \
+      "$image_tar" >>"$STATE/logs/image-import-$node.log" 2>&1 &
+    import_pids+=("$node=$!")
+  fi
   # The node's cgroup root, in every v1 hierarchy, capped like a kind node container.
   for ctl in /sys/fs/cgroup/*/; do
     [ -f "${ctl}cgroup.procs" ] || continue
@@ -439,13 +453,9 @@ done
 # --- the admission controller, deployed as users deploy it --------------------------------------
 # DISPATCH_CONTROLLER=host leaves it out: run it as a host process with admission.sh instead.
 if [ "${DISPATCH_CONTROLLER:-cluster}" = cluster ]; then
-  log "building the admission controller's image (no Docker: controller-image.sh)"
-  image_tar=$("$here/controller-image.sh" "$CACHE/images") \
-    || fail image "" "building localhost/dispatch-admission:kind failed (its step and log are above)"
-  for node in "${NODES[@]}"; do
-    ctr --address "$RUN/$node/containerd.sock" -n k8s.io images import --no-unpack=false \
-      "$image_tar" >>"$STATE/logs/containerd-$node.log" 2>&1 \
-      || fail "containerd-$node" "$STATE/logs/containerd-$node.log" "importing the controller's image failed"
+  for np in "${import_pids[@]}"; do
+    wait "${np#*=}" || fail "containerd-${np%%=*}" "$STATE/logs/image-import-${np%%=*}.log" \
+      "importing the controller's image failed"
   done
   # deploy/admission as shipped, with three changes a kind user makes too: the image built
   # above; the controllers pinned to the control-plane node (the seed's step 6); and the
