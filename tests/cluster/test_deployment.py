@@ -97,6 +97,8 @@ async def test_both_replicas_ready_on_the_control_plane_one_leads_both_serve(
         assert "node-role.kubernetes.io/control-plane" in node["metadata"]["labels"], \
             f"{p['metadata']['name']} runs on {p['spec']['nodeName']}, not the control plane"
         assert p["spec"]["securityContext"]["runAsNonRoot"] is True
+    namespace = await kube.get(r.NAMESPACE, NS)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     standby = next(p["metadata"]["name"] for p in pods if p["metadata"]["name"] != leader)
     # Each pod's own readiness answer, through the API server's pod proxy.
     says = {name: kubectl(kubeconfig, "get", "--raw",
