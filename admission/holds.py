@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from admission.intake import Caches, Feed, Key, Obj, key_of
 from admission.lease import LeaderElector
 from admission.observability import Metrics
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import WORKLOAD
 
@@ -31,11 +31,7 @@ def hold_until(wl: Obj) -> datetime | None:
     raw = annotations.get(names.HOLD_UNTIL)
     if not raw or (wl.get("spec") or {}).get("active") is not False:
         return None
-    try:
-        t = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+    return parse_time(raw)
 
 
 def release_patch(wl: Obj) -> Obj:

@@ -23,8 +23,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.times import format_microtime
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import EVENT
 
@@ -125,7 +125,7 @@ class EventRecorder:
                   else secrets.token_hex(8))
         body = {
             "metadata": {"name": f"{meta.get('name')}.{suffix}", "namespace": namespace},
-            "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "eventTime": format_microtime(datetime.now(UTC)),
             "reportingController": names.CONTROLLER_NAME,
             "reportingInstance": self.instance,
             "action": action,

@@ -25,8 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from admission.observability import Metrics, parse_listen
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.identity import ExecutionIdentity, IdentityError, parse_count
 from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB

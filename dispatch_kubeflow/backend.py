@@ -37,6 +37,8 @@ from dispatch_kubeflow import (
 )
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.events import JobEvent
 from dispatch_kubeflow.jobs import JobInfo
 from dispatch_kubeflow.kube import Kube
@@ -172,7 +174,7 @@ class Backend:
                 "after Release")
 
         def never_opened(tj: Mapping[str, Any]) -> bool:
-            return state.admissions(tj) == 0 and not state.hold_instance(tj)
+            return admissions(tj) == 0 and not state.hold_instance(tj)
 
         async with within(deadline_after(self.settings.timeouts.start), f"Open of {ref.id}"):
             await admit_plain(self._kube, ref.namespace, ref.name, should_admit=never_opened)
@@ -229,7 +231,7 @@ class Backend:
                 if obs.state in want:
                     return obs
                 raise errors.NotFound(f"TrainJob {ref.id} not found")
-            uid = str(state.meta(trainjob)["uid"])
+            uid = str(meta(trainjob)["uid"])
         watched = [Watched(TRAINJOB, ns, field_selector=f"metadata.name={name}"),
                    Watched(POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")]
         if self.settings.kueue is not None:
@@ -239,7 +241,7 @@ class Backend:
 
         def judge(current: Sequence[Mapping[str, Obj]]) -> Observation | None:
             trainjob = current[0].get(name)
-            if trainjob is not None and str(state.meta(trainjob).get("uid")) != uid:
+            if trainjob is not None and str(meta(trainjob).get("uid")) != uid:
                 trainjob = None  # a newer TrainJob of the same name is not this job
             pods = list(current[1].values())
             workload = newest_workload(current[2].values()) if len(current) > 2 else None
@@ -263,7 +265,7 @@ class Backend:
         return trainjob, workload, pods
 
     async def _workload(self, trainjob: Mapping[str, Any]) -> Obj | None:
-        m = state.meta(trainjob)
+        m = meta(trainjob)
         items, _ = await self._kube.list(
             WORKLOAD, m["namespace"], label_selector=f"{names.KUEUE_JOB_UID_LABEL}={m['uid']}")
         return newest_workload(items)

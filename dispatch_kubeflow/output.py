@@ -27,11 +27,13 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.kube.transport import ByteStream
 from dispatch_kubeflow.model import JobID, OutputStream
-from dispatch_kubeflow.state import admissions, labels_of, meta, restarts
+from dispatch_kubeflow.state import restarts
 
 log = logging.getLogger(__name__)
 

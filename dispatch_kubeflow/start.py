@@ -39,6 +39,7 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.gate import closed_annotations
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import (
@@ -57,7 +58,6 @@ from dispatch_kubeflow.model import (
     StartRequest,
 )
 from dispatch_kubeflow.settings import Settings
-from dispatch_kubeflow.state import annotations_of, labels_of, meta
 from dispatch_kubeflow.waits import deadline_after, wait_for, within
 
 _RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -34,7 +34,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import rest as k8s_rest
 
-from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.kube.resources import SELF_SUBJECT_ACCESS_REVIEW, Resource
 
 log = logging.getLogger(__name__)
