@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
@@ -41,7 +40,7 @@ from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.events import JobEvent
 from dispatch_kubeflow.jobs import JobInfo
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import Kube, transport
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import (
     Capability,
@@ -98,7 +97,6 @@ class Backend:
         cfg = Settings.parse(settings)
         owns = kube is None
         if kube is None:
-            require_kubeconfig(cfg)
             kube = await Kube.connect(
                 kubeconfig=cfg.cluster.kubeconfig, context=cfg.cluster.context,
                 in_cluster=cfg.cluster.in_cluster,
@@ -409,24 +407,8 @@ def not_checked() -> dict[Capability, CapabilityStatus]:
 
 def require_kubeconfig(cfg: Settings) -> None:
     """A SettingsError naming ``cluster.kubeconfig`` when the kubeconfig file is missing."""
-    if cfg.cluster.in_cluster:
-        return
-    given = cfg.cluster.kubeconfig
-    if given:
-        if not os.path.isfile(os.path.expanduser(given)):
-            raise errors.SettingsError(
-                f"cluster.kubeconfig: the file {given} is missing; set cluster.kubeconfig "
-                "to an existing kubeconfig file (or cluster.inCluster to true in a pod)",
-                field="cluster.kubeconfig")
-        return
-    env = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    candidates = env or [os.path.expanduser("~/.kube/config")]
-    if not any(os.path.isfile(p) for p in candidates):
-        where = "$KUBECONFIG (" + ", ".join(env) + ")" if env else "~/.kube/config"
-        raise errors.SettingsError(
-            f"cluster.kubeconfig: not set, and {where} is missing; set cluster.kubeconfig "
-            "to an existing kubeconfig file (or cluster.inCluster to true in a pod)",
-            field="cluster.kubeconfig")
+    if not cfg.cluster.in_cluster:
+        transport.require_kubeconfig(cfg.cluster.kubeconfig)
 
 
 async def factory(config: AdapterConfig) -> Backend:

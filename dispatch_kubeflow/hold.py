@@ -127,6 +127,8 @@ async def release_workload(kube: Kube, workload: Mapping[str, Any], instance: in
             await kube.patch(WORKLOAD, name, release_patch(current, instance, kueue=True), ns,
                              kind="json")
             return True
+        except errors.KubeWebhookDenied:
+            raise  # a webhook refused: reading again changes nothing
         except errors.KubeInvalid:
             current = await kube.get_or_none(WORKLOAD, name, ns)
     raise errors.KubeConflict(f"Workload {ns}/{name} kept changing; the release gave up")
@@ -186,6 +188,8 @@ async def release_trainjob(kube: Kube, namespace: str, name: str, instance: int 
             await kube.patch(TRAINJOB, name, release_patch(trainjob, held, kueue=False),
                              namespace, kind="json")
             return True
+        except errors.KubeWebhookDenied:
+            raise  # a webhook refused: reading again changes nothing
         except errors.KubeInvalid:
             again = await kube.get_or_none(TRAINJOB, name, namespace)
             if again is None or not same_hold(again):

@@ -150,7 +150,9 @@ async def output(kube: Kube, namespace: str, job: JobID, *, rank: int = 0,
                                        follow=follow, stream=want)
         return LogStream(body, pod=name, stream=stream, split=want is not None)
     except errors.KubeInvalid as exc:
-        if want is None or "stream" not in str(exc):
+        # With the feature gate off, the API server refuses the parameter: 422, a cause on
+        # field "stream" (PodLogOptions validation).
+        if want is None or not exc.names_field("stream"):
             raise
     if stream is OutputStream.STDERR:
         raise errors.UnsupportedError(

@@ -25,6 +25,7 @@ import asyncio
 import builtins
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -72,6 +73,28 @@ WATCH_GRACE = 30.0
 counts as stalled (and is opened again from a fresh list)."""
 
 
+_FIX_KUBECONFIG = ("set cluster.kubeconfig to an existing kubeconfig file (or cluster.inCluster "
+                   "to true in a pod)")
+
+
+def require_kubeconfig(kubeconfig: str | None) -> None:
+    """A SettingsError naming ``cluster.kubeconfig`` when there is no kubeconfig file to load:
+    ``kubeconfig``, else those of $KUBECONFIG (one is enough), else ~/.kube/config."""
+    if kubeconfig:
+        if not os.path.isfile(os.path.expanduser(kubeconfig)):
+            raise errors.SettingsError(
+                f"cluster.kubeconfig: no such file {kubeconfig}; {_FIX_KUBECONFIG}",
+                field="cluster.kubeconfig")
+        return
+    env = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates = env or [os.path.expanduser("~/.kube/config")]
+    if not any(os.path.isfile(p) for p in candidates):
+        where = "in $KUBECONFIG (" + ", ".join(env) + ")" if env else "~/.kube/config"
+        raise errors.SettingsError(
+            f"cluster.kubeconfig: not set, and no such file {where}; {_FIX_KUBECONFIG}",
+            field="cluster.kubeconfig")
+
+
 class Kube:
     """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
 
@@ -94,21 +117,31 @@ class Kube:
         in_cluster: bool = False,
         request_timeout: float = 10.0,
     ) -> Kube:
-        """Open from a kubeconfig file (and context) or the pod's service account."""
+        """Open from a kubeconfig file (and context) or the pod's service account.
+
+        A SettingsError names the settings field at fault: ``cluster.kubeconfig`` (no such
+        file, or one that does not load), ``cluster.inCluster`` (no service account here).
+        """
         cfg = k8s_client.Configuration()
-        try:
-            if in_cluster:
+        if in_cluster:
+            try:
                 k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-            else:
+            except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+                raise errors.SettingsError(
+                    f"cluster.inCluster: cannot use the pod's service account: {exc}",
+                    field="cluster.inCluster") from exc
+        else:
+            require_kubeconfig(kubeconfig)
+            try:
                 await k8s_config.load_kube_config(
                     config_file=kubeconfig, context=context, client_configuration=cfg
                 )
-        except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
-            where = ("the in-cluster service account" if in_cluster
-                     else (kubeconfig or "~/.kube/config"))
-            raise errors.SettingsError(
-                f"cluster: cannot load {where}: {exc}", field="cluster"
-            ) from exc
+            except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+                where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+                how = f" with context {context}" if context else ""
+                raise errors.SettingsError(
+                    f"cluster.kubeconfig: cannot load {where}{how}: {exc}",
+                    field="cluster.kubeconfig") from exc
         return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
 
     async def close(self) -> None:

@@ -22,6 +22,7 @@ import yaml
 
 from dispatch_kubeflow import Backend, JobID, ObjectState, Observation, StartRequest, errors
 from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.start import runtime_not_seen
 from tests.cluster.admission_fixture import AdmissionHandle, dump_logs
 from tests.cluster.helpers import eventually
 from tests.cluster.test_adapter_kueue import spec
@@ -89,8 +90,8 @@ async def dispatch_job_patiently(kube: Kube, ns: str, command: str) -> str:
         try:
             _, name = await dispatch_job(kube, ns, command, nodes=1)
             return name
-        except errors.KubeForbidden as exc:
-            if "not found" not in str(exc) or time.monotonic() > deadline:
+        except errors.KubeWebhookDenied as exc:
+            if not runtime_not_seen(exc) or time.monotonic() > deadline:
                 raise
             await asyncio.sleep(2)
 
