@@ -9,12 +9,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -166,7 +164,6 @@ class HealthServer:
         self._ready = ready
         self._metrics = metrics
         self._runners: list[web.AppRunner] = []
-        self.started = time.monotonic()
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -197,7 +194,3 @@ class HealthServer:
         for runner in self._runners:
             await runner.cleanup()
         self._runners.clear()
-
-
-async def forever() -> None:
-    await asyncio.Event().wait()

@@ -426,26 +426,11 @@ class Kube:
         reason = status.get("reason") or status.get("evaluationError") or ""
         return bool(status.get("allowed")), str(reason)
 
-    async def pod_log(self, name: str, namespace: str, *, container: str | None = None,
-                      follow: bool = False, stream: str | None = None,
-                      timeout: float | None = None) -> AsyncIterator[bytes]:
-        """A pod's log as chunks. ``stream`` is Stdout / Stderr / All where the server splits."""
-        resp = await self._send(
-            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", stream=True,
-            query={"container": container, "follow": "true" if follow else None,
-                   "stream": stream},
-            timeout=aiohttp.ClientTimeout(total=timeout, sock_read=None) if follow
-            else self.request_timeout,
-        )
-        try:
-            async for chunk in _chunks_of(resp, f"GET pod log {namespace}/{name}"):
-                yield chunk
-        finally:
-            resp.release()
-
     async def open_pod_log(self, name: str, namespace: str, *, container: str | None = None,
                            follow: bool = False, stream: str | None = None) -> ByteStream:
-        """Like :meth:`pod_log`, but the request is answered (or its error raised) first.
+        """A pod's log as an open stream of chunks; the request is answered (or its error
+        raised) before this returns. ``stream`` is Stdout / Stderr / All where the server
+        splits them.
 
         Reads have no total timeout (a followed log may run for days); a non-followed read
         fails when the server stays silent for the request timeout.
