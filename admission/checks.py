@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from admission.intake import Caches, Feed, Obj
 from admission.lease import LeaderElector
 from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.objects import condition
 from dispatch_kubeflow.core.times import format_time
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK
@@ -51,10 +52,7 @@ def desired(ac: Obj, *, identity: str, lease: str, stopping: bool = False) -> Ac
 
 
 def current(ac: Obj) -> Obj | None:
-    for c in (ac.get("status") or {}).get("conditions") or []:
-        if c.get("type") == ACTIVE:
-            return dict(c)
-    return None
+    return condition(ac, ACTIVE)
 
 
 def needs_write(ac: Obj, want: ActiveState) -> bool:

@@ -33,7 +33,7 @@ from admission.observability import EventRecorder, Metrics
 from admission.workqueue import WorkQueue
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.admission_count import admission_token, plan_admission
-from dispatch_kubeflow.core.objects import condition, is_true
+from dispatch_kubeflow.core.objects import condition, is_true, labels_of
 from dispatch_kubeflow.core.times import format_time, parse_time
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
@@ -210,7 +210,7 @@ class Readmission:
         if typ == "MODIFIED":
             return  # only a pod's coming and going changes what a Workload waits for
         ns, _ = key_of(obj)
-        job = ((obj.get("metadata") or {}).get("labels") or {}).get(names.JOBSET_NAME_LABEL)
+        job = labels_of(obj).get(names.JOBSET_NAME_LABEL)
         for wl in self.caches.workloads_of_job(ns, str(job)):
             self.queue.add((ns, wl))
         if typ == LISTED and self.warm:
