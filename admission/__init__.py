@@ -24,7 +24,7 @@ Three layers:
   job's pods, the TrainJob, the Lease), so kopf's indexes only say *when* to look, never
   *what is true*; Kube's error mapping, retries and counters apply to every write.
 * **Pure decisions**: :func:`admission.readmission.decide` and
-  :func:`~admission.readmission.plan_admission`, :mod:`admission.checks`,
+  :func:`dispatch_kubeflow.core.admission_count.plan_admission`, :mod:`admission.checks`,
   :mod:`admission.holds`, the webhook's :func:`~admission.webhook.identity_for`, and the
   Lease rules of :mod:`admission.lease` are functions of the objects, unit-tested without a
   cluster.

@@ -31,8 +31,7 @@ from admission.lease import LeaderElector
 from admission.observability import EventRecorder, HealthServer, Metrics
 from admission.readmission import Readmission
 from admission.webhook import ClientConfig, WebhookServer, ensure_configuration
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, POD, WORKLOAD
 

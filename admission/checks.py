@@ -17,8 +17,9 @@ from datetime import UTC, datetime
 
 from admission.intake import Caches, Feed, Obj
 from admission.lease import LeaderElector
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.objects import condition
+from dispatch_kubeflow.core.times import format_time
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK
 
@@ -51,10 +52,7 @@ def desired(ac: Obj, *, identity: str, lease: str, stopping: bool = False) -> Ac
 
 
 def current(ac: Obj) -> Obj | None:
-    for c in (ac.get("status") or {}).get("conditions") or []:
-        if c.get("type") == ACTIVE:
-            return dict(c)
-    return None
+    return condition(ac, ACTIVE)
 
 
 def needs_write(ac: Obj, want: ActiveState) -> bool:
@@ -68,7 +66,7 @@ def apply_body(ac: Obj, want: ActiveState, now: datetime) -> Obj:
     cur = current(ac) or {}
     ltt = cur.get("lastTransitionTime")
     if cur.get("status") != want.status or not ltt:
-        ltt = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        ltt = format_time(now)
     meta = ac.get("metadata") or {}
     cond: Obj = {"type": ACTIVE, "status": want.status, "reason": want.reason,
                  "message": want.message, "lastTransitionTime": ltt}

@@ -19,8 +19,7 @@ from urllib.parse import urlparse
 from admission import operator
 from admission.app import Config, Controller
 from admission.observability import parse_listen, setup_logging
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube import Kube
 
 log = logging.getLogger("admission")

@@ -16,8 +16,9 @@ from datetime import UTC, datetime
 from admission.intake import Caches, Feed, Key, Obj, key_of
 from admission.lease import LeaderElector
 from admission.observability import Metrics
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.objects import annotations_of
+from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import WORKLOAD
 
@@ -26,16 +27,10 @@ log = logging.getLogger(__name__)
 
 def hold_until(wl: Obj) -> datetime | None:
     """The hold's end if the Workload is held (inactive with a readable hold-until)."""
-    meta = wl.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    raw = annotations.get(names.HOLD_UNTIL)
+    raw = annotations_of(wl).get(names.HOLD_UNTIL)
     if not raw or (wl.get("spec") or {}).get("active") is not False:
         return None
-    try:
-        t = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+    return parse_time(raw)
 
 
 def release_patch(wl: Obj) -> Obj:
@@ -110,7 +105,7 @@ class HoldExpiry:
             return
         if not await self.elector.confirm():
             return
-        instance = (wl["metadata"].get("annotations") or {}).get(names.HOLD_INSTANCE)
+        instance = annotations_of(wl).get(names.HOLD_INSTANCE)
         await self.kube.patch(WORKLOAD, name, release_patch(wl), ns, kind="merge")
         self.metrics.holds_released.inc()
         log.info("released expired hold of workload %s/%s", ns, name,

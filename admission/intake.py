@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import labels_of
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, POD, WORKLOAD
 
@@ -40,10 +41,6 @@ LISTED = "LISTED"
 def key_of(obj: Mapping[str, Any]) -> Key:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-
-def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("labels") or {}
 
 
 def trainjob_of(wl: Mapping[str, Any]) -> str | None:

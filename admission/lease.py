@@ -26,28 +26,12 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import errors
+from dispatch_kubeflow.core.times import format_microtime
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import LEASE
 
 log = logging.getLogger(__name__)
-
-MICROTIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-def format_microtime(t: datetime) -> str:
-    """UTC with exactly six fractional digits, as metav1.MicroTime marshals."""
-    return t.astimezone(UTC).strftime(MICROTIME_FORMAT)
-
-
-def parse_microtime(s: str | None) -> datetime | None:
-    if not s:
-        return None
-    try:
-        return datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
 
 @dataclass(frozen=True, slots=True)
 class LeaseRecord:

@@ -9,12 +9,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -23,8 +21,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.times import format_microtime
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import EVENT
 
@@ -125,7 +123,7 @@ class EventRecorder:
                   else secrets.token_hex(8))
         body = {
             "metadata": {"name": f"{meta.get('name')}.{suffix}", "namespace": namespace},
-            "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "eventTime": format_microtime(datetime.now(UTC)),
             "reportingController": names.CONTROLLER_NAME,
             "reportingInstance": self.instance,
             "action": action,
@@ -166,7 +164,6 @@ class HealthServer:
         self._ready = ready
         self._metrics = metrics
         self._runners: list[web.AppRunner] = []
-        self.started = time.monotonic()
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -197,7 +194,3 @@ class HealthServer:
         for runner in self._runners:
             await runner.cleanup()
         self._runners.clear()
-
-
-async def forever() -> None:
-    await asyncio.Event().wait()

@@ -35,8 +35,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from admission import intake
 from admission.app import Controller
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, POD, WORKLOAD
 
 log = logging.getLogger(__name__)

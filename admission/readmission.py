@@ -6,7 +6,8 @@ the check stays Pending with the message ``waiting for N pods of the previous ex
 go``; when none is left, the leader raises A on the TrainJob (once per admission: the token
 rule of docs/design.md) and then server-side applies the check Ready.
 
-The decision is a pure function (:func:`decide`, :func:`plan_admission`) of the objects;
+The decision is a pure function (:func:`decide`, and the admission-count rule
+:func:`dispatch_kubeflow.core.admission_count.plan_admission`) of the objects;
 :class:`Readmission` does the I/O: kopf's event handlers feed a keyed work queue (a pod's
 deletion re-queues its job's Workload, so readiness follows the last pod's deletion event,
 with no polling); a worker judges from the indexes whether there may be something to do, and
@@ -22,7 +23,7 @@ import os
 import signal
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -30,9 +31,10 @@ from admission.intake import LISTED, Caches, Feed, Key, Obj, key_of, trainjob_of
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
 from admission.workqueue import WorkQueue
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
-from dispatch_kubeflow.core.identity import IdentityError, parse_count
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.admission_count import admission_token, plan_admission
+from dispatch_kubeflow.core.objects import condition, is_true, labels_of
+from dispatch_kubeflow.core.times import format_time, parse_time
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 
@@ -66,30 +68,7 @@ def ready_message(a: int) -> str:
     return f"no pod of the previous execution is left; admission count A = {a}"
 
 
-# --- reading the objects (pure) -------------------------------------------------------
-def condition(obj: Obj, typ: str) -> Obj | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == typ:
-            return dict(c)
-    return None
-
-
-def is_true(obj: Obj, typ: str) -> bool:
-    c = condition(obj, typ)
-    return c is not None and c.get("status") == "True"
-
-
-def eviction_count(wl: Obj) -> int:
-    """Total evictions of this Workload (``status.schedulingStats.evictions[].count``)."""
-    stats = (wl.get("status") or {}).get("schedulingStats") or {}
-    return sum(int(e.get("count") or 0) for e in stats.get("evictions") or [])
-
-
-def admission_token(wl: Obj) -> str:
-    """``<workload uid>/<evictions>``: names one admission of one Workload."""
-    return f"{(wl.get('metadata') or {}).get('uid', '')}/{eviction_count(wl)}"
-
-
+# --- judging the objects (pure) --------------------------------------------------------
 def check_entry(wl: Obj, check_names: frozenset[str]) -> Obj | None:
     for c in (wl.get("status") or {}).get("admissionChecks") or []:
         if c.get("name") in check_names:
@@ -156,58 +135,6 @@ def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str,
                     trainjob=tj)
 
 
-@dataclass(frozen=True, slots=True)
-class AdmissionPlan:
-    """What to do to the TrainJob before the check goes Ready."""
-
-    ok: bool
-    reason: str = ""
-    raise_a: bool = False
-    count: int = 0
-    """A after the plan (raised or not)."""
-    patch: dict[str, Any] = field(default_factory=dict)
-    stale: bool = False
-    """The TrainJob records a newer admission than the Workload we judged: judge again."""
-
-
-def _token_parts(token: str | None) -> tuple[str, int] | None:
-    uid, sep, n = (token or "").rpartition("/")
-    return (uid, int(n)) if sep and uid and n.isdigit() else None
-
-
-def plan_admission(trainjob: Obj, token: str) -> AdmissionPlan:
-    """Raise A by one unless this admission (``token``) or a newer one already raised it.
-
-    Tokens of one Workload are ordered by their eviction count: a recorded token with a
-    higher count than ``token`` means our Workload read is older than the TrainJob read,
-    and raising would give one execution a second A (variant TOKENEQ of the model). The
-    patch carries the TrainJob's resourceVersion, so it applies only to the TrainJob this
-    plan was made from: a racing writer makes it fail with 409, never raise twice.
-    """
-    meta = trainjob.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if not labels.get(names.JOB_ID_LABEL):
-        return AdmissionPlan(False, f"TrainJob has no {names.JOB_ID_LABEL} label: not dispatch's")
-    annotations = meta.get("annotations") or {}
-    try:
-        a = parse_count(annotations.get(names.ADMISSION_COUNT), names.ADMISSION_COUNT)
-    except IdentityError as exc:
-        return AdmissionPlan(False, f"malformed admission count: {exc}")
-    recorded = annotations.get(names.ADMISSION_TOKEN)
-    if recorded == token:
-        return AdmissionPlan(True, "A was raised for this admission already", False, a)
-    theirs, ours = _token_parts(recorded), _token_parts(token)
-    if theirs is not None and ours is not None and theirs[0] == ours[0] \
-            and theirs[1] > ours[1]:
-        return AdmissionPlan(True, f"A was raised for a newer admission ({recorded})", False,
-                             a, stale=True)
-    patch = {"metadata": {
-        "resourceVersion": meta.get("resourceVersion"),
-        "annotations": {names.ADMISSION_COUNT: str(a + 1), names.ADMISSION_TOKEN: token},
-    }}
-    return AdmissionPlan(True, "new admission", True, a + 1, patch)
-
-
 def check_apply(wl: Obj, check: str, state: str, message: str, now: datetime, *,
                 fenced: bool = True) -> Obj:
     """The server-side apply body that sets only our check's entry.
@@ -223,7 +150,7 @@ def check_apply(wl: Obj, check: str, state: str, message: str, now: datetime, *,
     entry = check_entry(wl, frozenset({check})) or {}
     ltt = entry.get("lastTransitionTime")
     if entry.get("state") != state or not ltt:
-        ltt = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        ltt = format_time(now)
     meta = wl.get("metadata") or {}
     return {
         "apiVersion": WORKLOAD.api_version,
@@ -237,13 +164,7 @@ def check_apply(wl: Obj, check: str, state: str, message: str, now: datetime, *,
 
 
 def quota_reserved_at(wl: Obj) -> datetime | None:
-    c = condition(wl, "QuotaReserved")
-    if not c or not c.get("lastTransitionTime"):
-        return None
-    try:
-        return datetime.fromisoformat(str(c["lastTransitionTime"]).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return parse_time((condition(wl, "QuotaReserved") or {}).get("lastTransitionTime"))
 
 
 # --- the I/O ------------------------------------------------------------------------------
@@ -289,7 +210,7 @@ class Readmission:
         if typ == "MODIFIED":
             return  # only a pod's coming and going changes what a Workload waits for
         ns, _ = key_of(obj)
-        job = ((obj.get("metadata") or {}).get("labels") or {}).get(names.JOBSET_NAME_LABEL)
+        job = labels_of(obj).get(names.JOBSET_NAME_LABEL)
         for wl in self.caches.workloads_of_job(ns, str(job)):
             self.queue.add((ns, wl))
         if typ == LISTED and self.warm:

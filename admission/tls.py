@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.kube import Kube, Resource
 
 log = logging.getLogger(__name__)

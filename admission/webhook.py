@@ -25,9 +25,9 @@ from typing import Any
 from aiohttp import web
 
 from admission.observability import Metrics, parse_listen
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.identity import ExecutionIdentity, IdentityError, parse_count
+from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB
 
@@ -47,11 +47,11 @@ class Denied(Exception):
 
 # --- pure ------------------------------------------------------------------------------------
 def is_dispatch_pod(pod: Obj) -> bool:
-    return bool(((pod.get("metadata") or {}).get("labels") or {}).get(names.JOB_ID_LABEL))
+    return bool(labels_of(pod).get(names.JOB_ID_LABEL))
 
 
 def trainjob_name(pod: Obj) -> str:
-    name = ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOBSET_NAME_LABEL)
+    name = labels_of(pod).get(names.JOBSET_NAME_LABEL)
     if not name:
         raise Denied(f"dispatch pod without label {names.JOBSET_NAME_LABEL}: "
                      "cannot tell which TrainJob it belongs to")
@@ -60,10 +60,10 @@ def trainjob_name(pod: Obj) -> str:
 
 def identity_for(pod: Obj, trainjob: Obj) -> ExecutionIdentity:
     """The pod's identity from its labels and the TrainJob's A; Denied when unreadable."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    tj_meta = trainjob.get("metadata") or {}
+    labels = labels_of(pod)
+    tj_meta = meta(trainjob)
     job_id = str(labels.get(names.JOB_ID_LABEL) or "")
-    tj_job = ((tj_meta.get("labels") or {}).get(names.JOB_ID_LABEL))
+    tj_job = labels_of(trainjob).get(names.JOB_ID_LABEL)
     if tj_job != job_id:
         raise Denied(f"pod's {names.JOB_ID_LABEL}={job_id!r} differs from TrainJob "
                      f"{tj_meta.get('name')}'s {tj_job!r}")
@@ -75,7 +75,7 @@ def identity_for(pod: Obj, trainjob: Obj) -> ExecutionIdentity:
             job_id=job_id,
             submission=parse_count(labels.get(names.SUBMISSION_LABEL), names.SUBMISSION_LABEL),
             attempt=parse_count(labels.get(names.ATTEMPT_LABEL), names.ATTEMPT_LABEL),
-            admissions=parse_count((tj_meta.get("annotations") or {}).get(names.ADMISSION_COUNT),
+            admissions=parse_count(annotations_of(trainjob).get(names.ADMISSION_COUNT),
                                    names.ADMISSION_COUNT),
             restarts=parse_count(labels.get(names.RESTART_ATTEMPT_LABEL),
                                  names.RESTART_ATTEMPT_LABEL),

@@ -44,11 +44,11 @@ from dispatch_kubeflow import (
 )
 from dispatch_kubeflow import start as start_mod
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import is_true
 from dispatch_kubeflow.hold import hold_annotations
 from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube import resources as r
 from dispatch_kubeflow.settings import Settings
-from dispatch_kubeflow.state import is_true
 from dispatch_kubeflow.stop import REPORTING_CONTROLLER
 
 Obj = dict[str, Any]

@@ -1,5 +1,8 @@
 """Plain mode's admission: the adapter itself raises A, once the old pods are gone.
 
+The rules (the token, the patch) are :mod:`dispatch_kubeflow.core.admission_count`'s, shared
+with Kueue mode; this module does the I/O.
+
 In Kueue mode the admission controller raises A when it approves a Workload. Without
 Kueue nobody else does, so every unsuspend the adapter makes (Open, Release) is an
 admission: it waits until no pod of the previous execution exists (terminating ones
@@ -16,38 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dispatch_kubeflow import errors
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.admission_count import plain_admission_patch
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
-from dispatch_kubeflow.state import admissions, annotations_of, meta, suspended
+from dispatch_kubeflow.state import suspended
 from dispatch_kubeflow.waits import wait_for
-
-PLAIN_TOKEN_PREFIX = "plain/"
-
-
-def plain_unsuspends(trainjob: Mapping[str, Any]) -> int:
-    """n of the recorded ``plain/<n>`` token (0 when none)."""
-    token = annotations_of(trainjob).get(names.ADMISSION_TOKEN, "")
-    if token.startswith(PLAIN_TOKEN_PREFIX):
-        tail = token[len(PLAIN_TOKEN_PREFIX):]
-        if tail.isdigit():
-            return int(tail)
-    return 0
-
-
-def admission_patch(trainjob: Mapping[str, Any],
-                    annotations: Mapping[str, str | None] | None = None) -> dict[str, Any]:
-    """The merge patch that admits the suspended TrainJob once more (pure)."""
-    n = plain_unsuspends(trainjob) + 1
-    ann: dict[str, str | None] = dict(annotations or {})
-    ann[names.ADMISSION_COUNT] = str(admissions(trainjob) + 1)
-    ann[names.ADMISSION_TOKEN] = f"{PLAIN_TOKEN_PREFIX}{n}"
-    return {
-        "metadata": {"resourceVersion": meta(trainjob).get("resourceVersion"),
-                     "annotations": ann},
-        "spec": {"suspend": False},
-    }
 
 
 async def admit_plain(
@@ -78,7 +55,8 @@ async def admit_plain(
         if not suspended(trainjob) or not should_admit(trainjob):
             return False
         try:
-            await kube.patch(TRAINJOB, name, admission_patch(trainjob, annotations), namespace)
+            await kube.patch(TRAINJOB, name, plain_admission_patch(trainjob, annotations),
+                             namespace)
             return True
         except errors.KubeConflict:
             continue

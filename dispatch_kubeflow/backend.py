@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
@@ -37,9 +36,11 @@ from dispatch_kubeflow import (
 )
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.events import JobEvent
 from dispatch_kubeflow.jobs import JobInfo
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import Kube, transport
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import (
     Capability,
@@ -96,7 +97,6 @@ class Backend:
         cfg = Settings.parse(settings)
         owns = kube is None
         if kube is None:
-            require_kubeconfig(cfg)
             kube = await Kube.connect(
                 kubeconfig=cfg.cluster.kubeconfig, context=cfg.cluster.context,
                 in_cluster=cfg.cluster.in_cluster,
@@ -172,7 +172,7 @@ class Backend:
                 "after Release")
 
         def never_opened(tj: Mapping[str, Any]) -> bool:
-            return state.admissions(tj) == 0 and not state.hold_instance(tj)
+            return admissions(tj) == 0 and not state.hold_instance(tj)
 
         async with within(deadline_after(self.settings.timeouts.start), f"Open of {ref.id}"):
             await admit_plain(self._kube, ref.namespace, ref.name, should_admit=never_opened)
@@ -229,7 +229,7 @@ class Backend:
                 if obs.state in want:
                     return obs
                 raise errors.NotFound(f"TrainJob {ref.id} not found")
-            uid = str(state.meta(trainjob)["uid"])
+            uid = str(meta(trainjob)["uid"])
         watched = [Watched(TRAINJOB, ns, field_selector=f"metadata.name={name}"),
                    Watched(POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")]
         if self.settings.kueue is not None:
@@ -239,7 +239,7 @@ class Backend:
 
         def judge(current: Sequence[Mapping[str, Obj]]) -> Observation | None:
             trainjob = current[0].get(name)
-            if trainjob is not None and str(state.meta(trainjob).get("uid")) != uid:
+            if trainjob is not None and str(meta(trainjob).get("uid")) != uid:
                 trainjob = None  # a newer TrainJob of the same name is not this job
             pods = list(current[1].values())
             workload = newest_workload(current[2].values()) if len(current) > 2 else None
@@ -263,7 +263,7 @@ class Backend:
         return trainjob, workload, pods
 
     async def _workload(self, trainjob: Mapping[str, Any]) -> Obj | None:
-        m = state.meta(trainjob)
+        m = meta(trainjob)
         items, _ = await self._kube.list(
             WORKLOAD, m["namespace"], label_selector=f"{names.KUEUE_JOB_UID_LABEL}={m['uid']}")
         return newest_workload(items)
@@ -407,24 +407,8 @@ def not_checked() -> dict[Capability, CapabilityStatus]:
 
 def require_kubeconfig(cfg: Settings) -> None:
     """A SettingsError naming ``cluster.kubeconfig`` when the kubeconfig file is missing."""
-    if cfg.cluster.in_cluster:
-        return
-    given = cfg.cluster.kubeconfig
-    if given:
-        if not os.path.isfile(os.path.expanduser(given)):
-            raise errors.SettingsError(
-                f"cluster.kubeconfig: the file {given} is missing; set cluster.kubeconfig "
-                "to an existing kubeconfig file (or cluster.inCluster to true in a pod)",
-                field="cluster.kubeconfig")
-        return
-    env = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    candidates = env or [os.path.expanduser("~/.kube/config")]
-    if not any(os.path.isfile(p) for p in candidates):
-        where = "$KUBECONFIG (" + ", ".join(env) + ")" if env else "~/.kube/config"
-        raise errors.SettingsError(
-            f"cluster.kubeconfig: not set, and {where} is missing; set cluster.kubeconfig "
-            "to an existing kubeconfig file (or cluster.inCluster to true in a pod)",
-            field="cluster.kubeconfig")
+    if not cfg.cluster.in_cluster:
+        transport.require_kubeconfig(cfg.cluster.kubeconfig)
 
 
 async def factory(config: AdapterConfig) -> Backend:

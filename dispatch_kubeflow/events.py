@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from dispatch_kubeflow.core.objects import meta
+from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import EVENT
 from dispatch_kubeflow.model import JobID, ObjectRef
-from dispatch_kubeflow.state import meta, parse_time
 
 Obj = Mapping[str, Any]
 _EPOCH = datetime.fromtimestamp(0, UTC)

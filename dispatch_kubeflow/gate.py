@@ -17,9 +17,10 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import annotations_of
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import TRAINJOB
-from dispatch_kubeflow.state import annotations_of, parse_gates
+from dispatch_kubeflow.state import parse_gates
 
 _GATE_PATH = "/metadata/annotations/" + names.ADMISSION_GATED_BY.replace("~", "~0").replace(
     "/", "~1")

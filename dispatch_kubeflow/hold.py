@@ -27,30 +27,27 @@ from typing import Any
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.core.objects import annotations_of, meta
+from dispatch_kubeflow.core.times import format_time, parse_time
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import HoldMeta
-from dispatch_kubeflow.state import admissions, annotations_of, hold_instance, meta, parse_time
+from dispatch_kubeflow.state import hold_instance
 
 _RETRIES = 8
-
-
-def rfc3339(when: datetime) -> str:
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def hold_annotations(hold: HoldMeta, now: datetime | None = None) -> dict[str, str]:
     """The annotations that record ``hold``."""
     ann = {
         names.HOLD_INSTANCE: str(hold.instance),
-        names.HOLD_SINCE: rfc3339(now or datetime.now(UTC)),
+        names.HOLD_SINCE: format_time(now or datetime.now(UTC)),
         names.HOLD_WHO: str(hold.by),
         names.HOLD_REASON: hold.reason,
     }
     if hold.until is not None:
-        ann[names.HOLD_UNTIL] = rfc3339(hold.until)
+        ann[names.HOLD_UNTIL] = format_time(hold.until)
     return ann
 
 
@@ -130,6 +127,8 @@ async def release_workload(kube: Kube, workload: Mapping[str, Any], instance: in
             await kube.patch(WORKLOAD, name, release_patch(current, instance, kueue=True), ns,
                              kind="json")
             return True
+        except errors.KubeWebhookDenied:
+            raise  # a webhook refused: reading again changes nothing
         except errors.KubeInvalid:
             current = await kube.get_or_none(WORKLOAD, name, ns)
     raise errors.KubeConflict(f"Workload {ns}/{name} kept changing; the release gave up")
@@ -189,6 +188,8 @@ async def release_trainjob(kube: Kube, namespace: str, name: str, instance: int 
             await kube.patch(TRAINJOB, name, release_patch(trainjob, held, kueue=False),
                              namespace, kind="json")
             return True
+        except errors.KubeWebhookDenied:
+            raise  # a webhook refused: reading again changes nothing
         except errors.KubeInvalid:
             again = await kube.get_or_none(TRAINJOB, name, namespace)
             if again is None or not same_hold(again):

@@ -25,10 +25,12 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import labels_of, meta
+from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import JobID, ObjectRef, Observation
-from dispatch_kubeflow.state import labels_of, meta, observe_listed, parse_time
+from dispatch_kubeflow.state import observe_listed
 from dispatch_kubeflow.waits import cancel_all
 
 log = logging.getLogger(__name__)

@@ -80,11 +80,6 @@ class JobID(str):
             n = n * 32 + _DECODE[c]
         return datetime.fromtimestamp(n / 1000, UTC)
 
-    @property
-    def lower_name(self) -> str:
-        """The id as it appears inside object names."""
-        return self.lower()
-
 
 def as_job_id(value: JobID | str) -> JobID:
     """Accept a JobID or a string form of one (validated)."""

@@ -27,11 +27,13 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.kube.transport import ByteStream
 from dispatch_kubeflow.model import JobID, OutputStream
-from dispatch_kubeflow.state import admissions, labels_of, meta, restarts
+from dispatch_kubeflow.state import restarts
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +150,9 @@ async def output(kube: Kube, namespace: str, job: JobID, *, rank: int = 0,
                                        follow=follow, stream=want)
         return LogStream(body, pod=name, stream=stream, split=want is not None)
     except errors.KubeInvalid as exc:
-        if want is None or "stream" not in str(exc):
+        # With the feature gate off, the API server refuses the parameter: 422, a cause on
+        # field "stream" (PodLogOptions validation).
+        if want is None or not exc.names_field("stream"):
             raise
     if stream is OutputStream.STDERR:
         raise errors.UnsupportedError(

@@ -51,6 +51,8 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import identity, names
+from dispatch_kubeflow.core.objects import condition, meta
+from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube.resources import (
     ADMISSION_CHECK,
@@ -71,7 +73,6 @@ from dispatch_kubeflow.model import (
     JobID,
 )
 from dispatch_kubeflow.settings import Settings
-from dispatch_kubeflow.state import condition, meta, parse_time
 from dispatch_kubeflow.waits import cancel_all, wait_for
 
 log = logging.getLogger(__name__)

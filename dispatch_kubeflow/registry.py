@@ -1,17 +1,19 @@
 """Adapter configs and the factory registry: open a backend by name.
 
 A backend registers an async factory under its name (the Kubeflow backend registers as
-``"kubeflow"`` when :mod:`dispatch_kubeflow` is imported); :func:`open_backend` looks the
-name up and awaits the factory with the config's settings section.
+``"kubeflow"`` when :mod:`dispatch_kubeflow.backend` is imported, which :func:`registered`
+and :func:`open_backend` make sure of); :func:`open_backend` looks the name up and awaits
+the factory with the config's settings section.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatch_kubeflow.errors import SettingsError
+from dispatch_kubeflow.core.errors import SettingsError
 
 SettingsSection = bytes | str | Mapping[str, Any]
 
@@ -37,13 +39,24 @@ def register(name: str, factory: Factory, *, replace: bool = False) -> None:
     _FACTORIES[name] = factory
 
 
+_BUILTIN = "dispatch_kubeflow.backend"
+"""The module of the Kubeflow backend, which registers it (loaded on first need: the package
+loads its modules lazily)."""
+
+
+def _load_builtin() -> None:
+    importlib.import_module(_BUILTIN)
+
+
 def registered() -> tuple[str, ...]:
     """The names that can be opened."""
+    _load_builtin()
     return tuple(sorted(_FACTORIES))
 
 
 async def open_backend(config: AdapterConfig) -> Any:
     """Open the backend the config names (running its preflight)."""
+    _load_builtin()
     factory = _FACTORIES.get(config.backend)
     if factory is None:
         known = ", ".join(registered()) or "none"

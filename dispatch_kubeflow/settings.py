@@ -167,10 +167,6 @@ class Settings(_Section):
         return v
 
     @property
-    def kueue_mode(self) -> bool:
-        return self.kueue is not None
-
-    @property
     def mode(self) -> str:
         return "kueue" if self.kueue is not None else "plain"
 

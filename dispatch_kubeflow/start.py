@@ -39,6 +39,7 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.gate import closed_annotations
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import (
@@ -57,7 +58,6 @@ from dispatch_kubeflow.model import (
     StartRequest,
 )
 from dispatch_kubeflow.settings import Settings
-from dispatch_kubeflow.state import annotations_of, labels_of, meta
 from dispatch_kubeflow.waits import deadline_after, wait_for, within
 
 _RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -227,8 +227,16 @@ def owner_reference(trainjob: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # Trainer's TrainJob webhook looks the runtime up in its informer cache, which may not have
-# seen a copy created a moment ago: it then denies with "runtime '<name>' not found".
+# seen a copy created a moment ago: it then denies the TrainJob with a field error on
+# spec.runtimeRef (the runtime "not found").
 _RUNTIME_LAG_RETRIES = 8
+
+
+def runtime_not_seen(exc: errors.KubeError) -> bool:
+    """Whether Trainer's webhook denied a TrainJob for its runtime (not found in its cache)."""
+    return (isinstance(exc, errors.KubeWebhookDenied)
+            and exc.webhook.endswith("." + names.TRAINER_GROUP)
+            and exc.names_field("spec.runtimeRef"))
 
 
 async def create_trainjob(kube: Kube, ns: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -239,9 +247,8 @@ async def create_trainjob(kube: Kube, ns: str, body: dict[str, Any]) -> dict[str
             created: dict[str, Any] = await kube.create(
                 TRAINJOB, body, ns, field_manager=names.ADAPTER_FIELD_MANAGER)
             return created
-        except errors.KubeForbidden as exc:
-            lagging = "runtime" in str(exc) and "not found" in str(exc)
-            if not lagging or attempt == _RUNTIME_LAG_RETRIES:
+        except errors.KubeWebhookDenied as exc:
+            if not runtime_not_seen(exc) or attempt == _RUNTIME_LAG_RETRIES:
                 raise
             log.debug("Trainer has not seen the runtime copy yet; retrying in %.1fs", delay)
             await asyncio.sleep(delay)
@@ -301,9 +308,10 @@ async def start(kube: Kube, settings: Settings, req: StartRequest) -> ObjectRef:
                 kube, ns, trainjob_body(req, settings, name=name, image=image, digest=digest))
         except errors.KubeConflict:
             continue  # a concurrent Start made it: the next round judges it
-        except errors.KubeForbidden:
+        except errors.KubeWebhookDenied as exc:
             # Trainer found no runtime: did the copy go meanwhile (a concurrent StopJob)?
-            if await _copy_if_mine(kube, ns, name, digest) is not None:
+            if not runtime_not_seen(exc) or await _copy_if_mine(kube, ns, name, digest) \
+                    is not None:
                 raise
             continue
         rt = await _copy_if_mine(kube, ns, name, digest)

@@ -48,39 +48,17 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.identity import IdentityError, parse_count
+from dispatch_kubeflow.core.objects import annotations_of, condition, is_true, labels_of, meta
+from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.model import Cause, ObjectState, Observation
 
 Obj = Mapping[str, Any]
 W = TypeVar("W", bound=Mapping[str, Any])
 
 
-# --- small readers shared by the other modules ----------------------------------------------
-
-
-def meta(obj: Obj | None) -> Mapping[str, Any]:
-    return (obj or {}).get("metadata") or {}
-
-
-def labels_of(obj: Obj | None) -> Mapping[str, str]:
-    return meta(obj).get("labels") or {}
-
-
-def annotations_of(obj: Obj | None) -> Mapping[str, str]:
-    return meta(obj).get("annotations") or {}
-
-
-def condition(obj: Obj | None, kind: str) -> Mapping[str, Any] | None:
-    """The status condition of this type, or None."""
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return dict(cond)
-    return None
-
-
-def is_true(obj: Obj | None, kind: str) -> bool:
-    cond = condition(obj, kind)
-    return cond is not None and cond.get("status") == "True"
+# --- small readers of the job's objects (the generic ones are dispatch_kubeflow.core's) -----
 
 
 def parse_gates(value: str | None) -> list[str]:
@@ -102,14 +80,6 @@ def suspended(trainjob: Obj | None) -> bool:
     return bool(((trainjob or {}).get("spec") or {}).get("suspend"))
 
 
-def admissions(trainjob: Obj | None) -> int:
-    """A, from the TrainJob's admission-count annotation (unreadable counts as 0)."""
-    try:
-        return parse_count(annotations_of(trainjob).get(names.ADMISSION_COUNT), "admission-count")
-    except IdentityError:
-        return 0
-
-
 def restarts(pod: Obj) -> int:
     """J of a pod: its JobSet restart-attempt label."""
     try:
@@ -127,15 +97,6 @@ def hold_instance(obj: Obj | None) -> int:
         return max(parse_count(raw, "hold-instance"), 1)
     except IdentityError:
         return 1  # a hold we cannot read is still a hold
-
-
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def hold_record(obj: Obj | None) -> Mapping[str, str] | None:

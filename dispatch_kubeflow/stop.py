@@ -32,6 +32,8 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import labels_of, meta
+from dispatch_kubeflow.core.times import format_microtime
 from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube.resources import (
     EVENT,
@@ -43,7 +45,6 @@ from dispatch_kubeflow.kube.resources import (
     WORKLOAD,
 )
 from dispatch_kubeflow.model import JobID, ObjectRef, StopReport
-from dispatch_kubeflow.state import labels_of, meta
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ async def find(kube: Kube, namespace: str, job: JobID, *, kueue: bool,
 async def record_reason(kube: Kube, trainjob: Mapping[str, Any], reason: str) -> None:
     """An Event on the TrainJob saying why it is stopped (best effort)."""
     m = meta(trainjob)
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    now = format_microtime(datetime.now(UTC))
     body = {
         "metadata": {"generateName": f"{m['name']}.stop-", "namespace": m["namespace"]},
         "eventTime": now,

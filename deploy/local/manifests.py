@@ -156,7 +156,8 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     out_dir, ca_file = argv[1], argv[2]
-    ca = base64.b64encode(open(ca_file, "rb").read()).decode()
+    with open(ca_file, "rb") as f:
+        ca = base64.b64encode(f.read()).decode()
     os.makedirs(out_dir, exist_ok=True)
     for spec in argv[3:]:
         comp, rest = spec.split("=", 1)

@@ -17,6 +17,7 @@ import click
 
 import dispatch_kubeflow as dk
 from dispatch_kubeflow.cli.app import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, PROG, cli
+from dispatch_kubeflow.core import errors
 
 
 def one_line(text: str) -> str:
@@ -29,7 +30,7 @@ def explain(exc: dk.DispatchError) -> str:
     if isinstance(exc, dk.KubeError) and exc.status == 0 and exc.reason == "Unreachable":
         return (f"cannot reach the cluster: {network_cause(exc)}; check cluster.kubeconfig "
                 "in the settings (or --kubeconfig / --context) and that the API server is up")
-    if isinstance(exc, dk.KubeError) and exc.status in (401, 403):
+    if isinstance(exc, errors.KubeForbidden):
         return (f"the cluster refused: {msg}; the kubeconfig's user needs the RBAC of "
                 "docs/install-admission.md")
     if isinstance(exc, dk.ObserveOnlyError):

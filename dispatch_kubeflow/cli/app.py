@@ -25,6 +25,7 @@ import click
 import dispatch_kubeflow as dk
 from dispatch_kubeflow.cli import config, render
 from dispatch_kubeflow.cli.progress import progress
+from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.settings import parse_duration
 
 PROG = "kubectl dispatch"  # how kubectl users call it (the script is kubectl-dispatch)
@@ -66,11 +67,9 @@ class WhenType(_Param):
         if isinstance(value, datetime):
             return value
         text = str(value).strip()
-        try:
-            when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-            return when if when.tzinfo else when.replace(tzinfo=UTC)
-        except ValueError:
-            pass
+        when = parse_time(text)
+        if when is not None:
+            return when
         try:
             return datetime.now(UTC) + parse_duration(text)
         except ValueError:

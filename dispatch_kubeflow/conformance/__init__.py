@@ -50,6 +50,7 @@ from typing import Any
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.backend import NAME, Backend
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import is_true, meta
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
 from dispatch_kubeflow.model import (
@@ -70,7 +71,6 @@ from dispatch_kubeflow.model import (
     StartRequest,
 )
 from dispatch_kubeflow.registry import AdapterConfig, open_backend
-from dispatch_kubeflow.state import is_true, meta
 from dispatch_kubeflow.waits import cancel_all
 
 __all__ = ["CHECKS", "CheckResult", "Options", "Summary", "run"]

@@ -61,7 +61,6 @@ SPEC_HASH: Final = f"{DOMAIN}/spec-hash"
 REQUEST: Final = f"{DOMAIN}/request"
 """The request a TrainJob and its runtime copy were made from (canonical JSON), so that a
 conflicting Start can name what differs."""
-STOP_REASON: Final = f"{DOMAIN}/stop-reason"
 HOLD_INSTANCE: Final = f"{DOMAIN}/hold-instance"
 HOLD_SINCE: Final = f"{DOMAIN}/hold-since"
 HOLD_WHO: Final = f"{DOMAIN}/hold-who"
@@ -74,7 +73,6 @@ ENV_JOB_ID: Final = "DISPATCH_JOB_ID"
 ENV_SUBMISSION: Final = "DISPATCH_SUBMISSION"
 ENV_ATTEMPT: Final = "DISPATCH_ATTEMPT"
 ENV_EPOCH: Final = "DISPATCH_EPOCH"
-IDENTITY_ENV: Final = (ENV_JOB_ID, ENV_SUBMISSION, ENV_ATTEMPT, ENV_EPOCH)
 
 WEBHOOK_NAME: Final = f"identity.{DOMAIN}"
 WEBHOOK_CONFIGURATION: Final = "dispatch-admission"

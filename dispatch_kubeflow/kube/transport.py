@@ -25,6 +25,7 @@ import asyncio
 import builtins
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,7 +35,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import rest as k8s_rest
 
-from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.kube.resources import SELF_SUBJECT_ACCESS_REVIEW, Resource
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,28 @@ WATCH_GRACE = 30.0
 counts as stalled (and is opened again from a fresh list)."""
 
 
+_FIX_KUBECONFIG = ("set cluster.kubeconfig to an existing kubeconfig file (or cluster.inCluster "
+                   "to true in a pod)")
+
+
+def require_kubeconfig(kubeconfig: str | None) -> None:
+    """A SettingsError naming ``cluster.kubeconfig`` when there is no kubeconfig file to load:
+    ``kubeconfig``, else those of $KUBECONFIG (one is enough), else ~/.kube/config."""
+    if kubeconfig:
+        if not os.path.isfile(os.path.expanduser(kubeconfig)):
+            raise errors.SettingsError(
+                f"cluster.kubeconfig: no such file {kubeconfig}; {_FIX_KUBECONFIG}",
+                field="cluster.kubeconfig")
+        return
+    env = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates = env or [os.path.expanduser("~/.kube/config")]
+    if not any(os.path.isfile(p) for p in candidates):
+        where = "in $KUBECONFIG (" + ", ".join(env) + ")" if env else "~/.kube/config"
+        raise errors.SettingsError(
+            f"cluster.kubeconfig: not set, and no such file {where}; {_FIX_KUBECONFIG}",
+            field="cluster.kubeconfig")
+
+
 class Kube:
     """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
 
@@ -94,21 +117,31 @@ class Kube:
         in_cluster: bool = False,
         request_timeout: float = 10.0,
     ) -> Kube:
-        """Open from a kubeconfig file (and context) or the pod's service account."""
+        """Open from a kubeconfig file (and context) or the pod's service account.
+
+        A SettingsError names the settings field at fault: ``cluster.kubeconfig`` (no such
+        file, or one that does not load), ``cluster.inCluster`` (no service account here).
+        """
         cfg = k8s_client.Configuration()
-        try:
-            if in_cluster:
+        if in_cluster:
+            try:
                 k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-            else:
+            except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+                raise errors.SettingsError(
+                    f"cluster.inCluster: cannot use the pod's service account: {exc}",
+                    field="cluster.inCluster") from exc
+        else:
+            require_kubeconfig(kubeconfig)
+            try:
                 await k8s_config.load_kube_config(
                     config_file=kubeconfig, context=context, client_configuration=cfg
                 )
-        except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
-            where = ("the in-cluster service account" if in_cluster
-                     else (kubeconfig or "~/.kube/config"))
-            raise errors.SettingsError(
-                f"cluster: cannot load {where}: {exc}", field="cluster"
-            ) from exc
+            except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+                where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+                how = f" with context {context}" if context else ""
+                raise errors.SettingsError(
+                    f"cluster.kubeconfig: cannot load {where}{how}: {exc}",
+                    field="cluster.kubeconfig") from exc
         return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
 
     async def close(self) -> None:
@@ -393,26 +426,11 @@ class Kube:
         reason = status.get("reason") or status.get("evaluationError") or ""
         return bool(status.get("allowed")), str(reason)
 
-    async def pod_log(self, name: str, namespace: str, *, container: str | None = None,
-                      follow: bool = False, stream: str | None = None,
-                      timeout: float | None = None) -> AsyncIterator[bytes]:
-        """A pod's log as chunks. ``stream`` is Stdout / Stderr / All where the server splits."""
-        resp = await self._send(
-            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", stream=True,
-            query={"container": container, "follow": "true" if follow else None,
-                   "stream": stream},
-            timeout=aiohttp.ClientTimeout(total=timeout, sock_read=None) if follow
-            else self.request_timeout,
-        )
-        try:
-            async for chunk in _chunks_of(resp, f"GET pod log {namespace}/{name}"):
-                yield chunk
-        finally:
-            resp.release()
-
     async def open_pod_log(self, name: str, namespace: str, *, container: str | None = None,
                            follow: bool = False, stream: str | None = None) -> ByteStream:
-        """Like :meth:`pod_log`, but the request is answered (or its error raised) first.
+        """A pod's log as an open stream of chunks; the request is answered (or its error
+        raised) before this returns. ``stream`` is Stdout / Stderr / All where the server
+        splits them.
 
         Reads have no total timeout (a followed log may run for days); a non-followed read
         fails when the server stays silent for the request timeout.

@@ -97,7 +97,8 @@ async def pods_of(kube: Kube, namespace: str, trainjob_name: str) -> list[Obj]:
 
 
 async def pod_log(kube: Kube, namespace: str, pod: str, container: str | None = None) -> str:
-    chunks = [c async for c in kube.pod_log(pod, namespace, container=container)]
+    body = await kube.open_pod_log(pod, namespace, container=container)
+    chunks = [c async for c in body]
     return b"".join(chunks).decode()
 
 

@@ -150,8 +150,8 @@ async def test_only_the_controller_writes_a_of_a_kueue_mode_trainjob(
 
     # Everything else stays writable: hold and other annotations, labels, A unchanged.
     hold = {h: "x" for h in names.HOLD_ANNOTATIONS}
-    await patcher.patch(r.TRAINJOB, name, annotate({**hold, names.STOP_REASON: "t", A: "1"}),
-                        ns)
+    other = f"{names.DOMAIN}/stop-reason"
+    await patcher.patch(r.TRAINJOB, name, annotate({**hold, other: "t", A: "1"}), ns)
     await patcher.patch(r.TRAINJOB, name, annotate(dict.fromkeys(names.HOLD_ANNOTATIONS)), ns)
     await patcher.patch(r.TRAINJOB, name, {"metadata": {"labels": {"team": "t"}}}, ns)
     # A status update cannot change metadata, so the policy does not look at it.

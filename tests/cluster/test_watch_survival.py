@@ -24,6 +24,7 @@ from dispatch_kubeflow import Backend, JobID, ObjectState, Observation, StartReq
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
+from dispatch_kubeflow.start import runtime_not_seen
 from tests.cluster.admission_fixture import DEPLOYMENT_NAME, AdmissionHandle, dump_logs
 from tests.cluster.helpers import eventually
 from tests.cluster.test_adapter_kueue import spec
@@ -91,8 +92,8 @@ async def dispatch_job_patiently(kube: Kube, ns: str, command: str) -> str:
         try:
             _, name = await dispatch_job(kube, ns, command, nodes=1)
             return name
-        except errors.KubeForbidden as exc:
-            if "not found" not in str(exc) or time.monotonic() > deadline:
+        except errors.KubeWebhookDenied as exc:
+            if not runtime_not_seen(exc) or time.monotonic() > deadline:
                 raise
             await asyncio.sleep(2)
 

@@ -7,15 +7,9 @@ from typing import Any
 
 import pytest
 
-from admission.readmission import (
-    admission_token,
-    check_apply,
-    decide,
-    eviction_count,
-    plan_admission,
-    waiting_message,
-)
+from admission.readmission import check_apply, decide, waiting_message
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import admission_token, eviction_count, plan_admission
 
 CHECKS = frozenset({"dispatch-admission"})
 CQS = {"cq": frozenset({"dispatch-admission"}), "other": frozenset({"x"})}

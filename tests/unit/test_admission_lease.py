@@ -11,12 +11,12 @@ import pytest
 from admission.lease import (
     LeaderElector,
     LeaseRecord,
-    format_microtime,
     held_by_other,
     next_record,
     released_record,
 )
 from dispatch_kubeflow import errors
+from dispatch_kubeflow.core.times import format_microtime
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, 890, tzinfo=UTC)
 

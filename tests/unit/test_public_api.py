@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dispatch_kubeflow
-from dispatch_kubeflow import AdapterConfig, Backend, registered
+from dispatch_kubeflow import AdapterConfig, Backend, errors, registered
+from dispatch_kubeflow.core import errors as core_errors
 
 EXPECTED = {
     "KIND_CLUSTER_TRAINING_RUNTIME", "KIND_TRAINING_RUNTIME", "NAME",
@@ -17,9 +18,17 @@ EXPECTED = {
     "factory", "open_backend", "register", "registered",
 }
 
-BACKEND_METHODS = {"connect", "close", "capabilities", "start", "open", "inspect", "hold",
-                   "release", "stop_job", "find", "output", "jobs", "watch_jobs", "events",
-                   "__aenter__", "__aexit__"}
+BACKEND_PUBLIC = {"connect", "close", "capabilities", "start", "open", "inspect", "hold",
+                  "release", "wait", "stop_job", "find", "output", "jobs", "watch_jobs",
+                  "events", "kube", "observe_only", "observe_only_reasons"}
+"""Every public attribute of Backend: its methods and properties."""
+
+ERRORS = {
+    "DispatchError", "SettingsError", "SpecError", "ObserveOnlyError", "ConflictError",
+    "HoldError", "DeadlineExceeded", "NotFound", "UnsupportedError", "KubeError",
+    "KubeNotFound", "KubeConflict", "KubeGone", "KubeForbidden", "KubeInvalid",
+    "KubeWebhookDenied", "StatusCause", "kube_error",
+}
 
 
 def test_all_is_exactly_the_expected_set() -> None:
@@ -30,7 +39,15 @@ def test_all_is_exactly_the_expected_set() -> None:
 
 
 def test_backend_methods() -> None:
-    assert set(dir(Backend)) >= BACKEND_METHODS
+    assert {n for n in dir(Backend) if not n.startswith("_")} == BACKEND_PUBLIC
+    assert {"__aenter__", "__aexit__"} <= set(vars(Backend))
+
+
+def test_the_error_tree_is_exactly_this() -> None:
+    assert set(errors.__all__) == ERRORS
+    assert len(errors.__all__) == len(ERRORS)
+    for name in ERRORS:
+        assert getattr(errors, name) is getattr(core_errors, name), name
 
 
 def test_kubeflow_is_registered() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dispatch_kubeflow.admission_count import admission_patch
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import plain_admission_patch as admission_patch
 from dispatch_kubeflow.gate import removal_patch
 from dispatch_kubeflow.hold import hold_annotations, release_patch
 from dispatch_kubeflow.model import Actor, ActorKind, CallMeta, HoldMeta, JobID

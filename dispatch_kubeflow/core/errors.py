@@ -1,0 +1,237 @@
+"""The one error tree of dispatch-kubeflow.
+
+::
+
+    DispatchError
+    ├── SettingsError          bad settings section: names the field and what it accepts
+    ├── SpecError              bad job spec, job id, name or request
+    ├── ObserveOnlyError       Start refused: a capability is no or unknown (carries reasons)
+    ├── ConflictError          same job and submission, different spec
+    ├── HoldError              release of another hold instance, hold in plain mode misuse
+    ├── DeadlineExceeded       a call's own deadline passed
+    ├── NotFound               the job or object does not exist
+    ├── UnsupportedError       the cluster cannot do what was asked (e.g. split stderr)
+    └── KubeError              the API server answered with an error (status, reason, causes)
+        ├── KubeNotFound       404
+        ├── KubeConflict       409 (AlreadyExists or a precondition / version conflict)
+        ├── KubeGone           410 (a watch's resourceVersion expired)
+        ├── KubeForbidden      401 / 403 (RBAC, or an admission policy's denial)
+        └── KubeInvalid        400 / 422
+            └── KubeWebhookDenied  an admission webhook's denial (400, 403 or 422)
+
+Every error carries a message meant for a person: what is wrong and how to fix it. A
+:class:`KubeError` is built from the API server's Status object in one place,
+:func:`kube_error`: its class from the HTTP status (and the webhook denial), its ``reason``
+and ``causes`` (``details.causes``: reason, message and field of each) from the body, so no
+caller reads a message to tell errors apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+class DispatchError(Exception):
+    """Root of every error this package raises."""
+
+
+class SettingsError(DispatchError):
+    """The settings section is invalid. ``field`` is the dotted path of the first problem."""
+
+    def __init__(self, message: str, *, field: str = "", problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.field = field
+        self.problems = tuple(problems) or (message,)
+
+
+class SpecError(DispatchError):
+    """A job spec, job id or request is invalid; ``field`` names the part."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class ObserveOnlyError(DispatchError):
+    """The backend is observe-only: a preflight proof failed, so Start refuses."""
+
+    def __init__(self, message: str, *, reasons: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.reasons = tuple(reasons)
+
+
+class ConflictError(DispatchError):
+    """A different spec was started under the same job and submission."""
+
+
+class HoldError(DispatchError):
+    """A hold or release cannot be done as asked (for example another instance's hold)."""
+
+
+class DeadlineExceeded(DispatchError, TimeoutError):
+    """A call's own deadline passed before it finished."""
+
+
+class NotFound(DispatchError):
+    """The job or object does not exist."""
+
+
+class UnsupportedError(DispatchError):
+    """The cluster cannot do what was asked (for example read stderr apart from stdout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCause:
+    """One of a Status' ``details.causes``: why, in which field (``spec.runtimeRef``)."""
+
+    reason: str = ""
+    """``FieldValueInvalid``, ``FieldValueRequired``, ``FieldValueForbidden``, ..."""
+    message: str = ""
+    field: str = ""
+
+
+class KubeError(DispatchError):
+    """The Kubernetes API answered with an error status.
+
+    ``status`` is the HTTP status (0 when no answer came: ``reason`` then says which kind of
+    failure), ``reason`` the Status' reason, ``causes`` its ``details.causes`` and ``body``
+    the whole Status object.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 0,
+        reason: str = "",
+        body: dict[str, Any] | None = None,
+        causes: Sequence[StatusCause] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.body = body or {}
+        self.causes = tuple(causes)
+
+    def names_field(self, path: str) -> bool:
+        """Whether a cause names this field or one inside it (case-insensitive, as
+        Trainer spells ``spec.RuntimeRef`` in one place)."""
+        want = path.lower()
+        return any(c.field.lower() == want or c.field.lower().startswith((want + ".", want + "["))
+                   for c in self.causes)
+
+
+class KubeNotFound(KubeError):
+    """404."""
+
+
+class KubeConflict(KubeError):
+    """409: the object exists already, or a precondition or resourceVersion did not match."""
+
+
+class KubeGone(KubeError):
+    """410: the resourceVersion a watch started from is too old; list again."""
+
+
+class KubeForbidden(KubeError):
+    """401 or 403: RBAC refused, or an admission policy (ValidatingAdmissionPolicy) denied."""
+
+
+class KubeInvalid(KubeError):
+    """400 (BadRequest) or 422 (Invalid): the request or the object is not acceptable."""
+
+
+class KubeWebhookDenied(KubeInvalid):
+    """An admission webhook denied the request, whatever code it chose (400, 403 or 422).
+
+    ``webhook`` is its name (``validator.trainjob.trainer.kubeflow.org``), ``denial`` its own
+    message, without the API server's prefix.
+    """
+
+    def __init__(self, message: str, *, webhook: str = "", denial: str = "",
+                 **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.webhook = webhook
+        self.denial = denial
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    400: KubeInvalid,
+    401: KubeForbidden,
+    403: KubeForbidden,
+    404: KubeNotFound,
+    409: KubeConflict,
+    410: KubeGone,
+    422: KubeInvalid,
+}
+
+# The API server marks a webhook's denial in the message alone: it passes the webhook's own
+# Status through (code, reason and details as the webhook chose them) and only prefixes the
+# message (k8s.io/apiserver .../webhook/errors ToStatusErr). So that prefix is the one
+# sign of a denial, read here and nowhere else.
+_WEBHOOK_DENIAL = re.compile(r'admission webhook "(?P<name>[^"]+)" denied the request'
+                             r"(?::\s*(?P<denial>.*))?", re.DOTALL)
+_DENIAL_CODES = frozenset({400, 403, 422})
+
+# A webhook built on controller-runtime answers the field errors its validator returns as a
+# plain denial (403 Forbidden, the errors' text as the message, no details), so their fields
+# are only in the text, in apimachinery's field.Error form ``<path>: <type>: <detail>``.
+_FIELD_TYPES = {
+    "Invalid value": "FieldValueInvalid",
+    "Required value": "FieldValueRequired",
+    "Unsupported value": "FieldValueNotSupported",
+    "Forbidden": "FieldValueForbidden",
+    "Duplicate value": "FieldValueDuplicate",
+    "Not found": "FieldValueNotFound",
+    "Too long": "FieldValueTooLong",
+    "Too many": "FieldValueTooMany",
+    "Internal error": "InternalError",
+    "Invalid value type": "FieldValueTypeInvalid",
+}
+_FIELD_ERROR = re.compile(r"(?P<field>[A-Za-z_][\w.\[\]-]*): (?P<type>"
+                          + "|".join(re.escape(t) for t in _FIELD_TYPES) + r")\b")
+
+
+def _causes(details: Any) -> list[StatusCause]:
+    if not isinstance(details, dict):
+        return []
+    return [StatusCause(str(c.get("reason") or ""), str(c.get("message") or ""),
+                        str(c.get("field") or ""))
+            for c in details.get("causes") or [] if isinstance(c, dict)]
+
+
+def _denial_causes(denial: str) -> list[StatusCause]:
+    """The field errors of a denial's text (each of an aggregate ``[a, b]``)."""
+    text = denial[1:-1] if denial.startswith("[") and denial.endswith("]") else denial
+    starts = [m for m in _FIELD_ERROR.finditer(text)
+              if m.start() == 0 or text[m.start() - 2:m.start()] == ", "]
+    if not starts or starts[0].start() != 0:
+        return []
+    ends = [m.start() for m in starts[1:]] + [len(text)]
+    return [StatusCause(_FIELD_TYPES[m["type"]], text[m.start():end].rstrip(", "), m["field"])
+            for m, end in zip(starts, ends, strict=True)]
+
+
+def kube_error(status: int, body: dict[str, Any] | None, fallback: str = "") -> KubeError:
+    """The KubeError of an HTTP status and the metav1.Status body the API server sent.
+
+    The message is the Status' message (else ``fallback``, e.g. the request) followed by
+    ``(<status> <reason>)``.
+    """
+    body = body or {}
+    text = str(body.get("message") or fallback)
+    reason = str(body.get("reason") or "")
+    code = f"{status} {reason}" if reason else str(status)
+    message = f"{text} ({code})" if text else f"HTTP {code}"
+    causes = _causes(body.get("details"))
+    denied = _WEBHOOK_DENIAL.match(str(body.get("message") or ""))
+    if denied is not None and status in _DENIAL_CODES:
+        denial = (denied["denial"] or "").strip()
+        return KubeWebhookDenied(message, status=status, reason=reason, body=body,
+                                 causes=causes or _denial_causes(denial),
+                                 webhook=denied["name"], denial=denial)
+    cls = _BY_STATUS.get(status, KubeError)
+    return cls(message, status=status, reason=reason, body=body, causes=causes)

@@ -1,0 +1,39 @@
+"""Readers of Kubernetes objects as the API server sends them (JSON dictionaries).
+
+Pure and forgiving: a missing ``metadata``, ``status`` or field reads as empty, never raises.
+Shared by the library and the admission controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+Obj = Mapping[str, Any]
+
+
+def meta(obj: Obj | None) -> Mapping[str, Any]:
+    """``metadata`` (empty when absent)."""
+    return (obj or {}).get("metadata") or {}
+
+
+def labels_of(obj: Obj | None) -> Mapping[str, str]:
+    return meta(obj).get("labels") or {}
+
+
+def annotations_of(obj: Obj | None) -> Mapping[str, str]:
+    return meta(obj).get("annotations") or {}
+
+
+def condition(obj: Obj | None, kind: str) -> dict[str, Any] | None:
+    """A copy of the status condition of this type, or None."""
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+def is_true(obj: Obj | None, kind: str) -> bool:
+    """Whether the status condition of this type is ``True``."""
+    cond = condition(obj, kind)
+    return cond is not None and cond.get("status") == "True"
