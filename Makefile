@@ -30,7 +30,7 @@ test: venv lint
 	$(PY) -m pytest -m 'not machine' tests/cluster
 
 lint: venv
-	$(VENV)/bin/ruff check dispatch_kubeflow admission tests bench examples docs verify
+	$(VENV)/bin/ruff check dispatch_kubeflow admission tests bench examples docs verify chaos
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	shellcheck -x deploy/local/*.sh deploy/kind/*.sh .ci/run
