@@ -33,7 +33,7 @@ lint: venv
 	$(VENV)/bin/ruff check dispatch_kubeflow admission tests bench examples docs verify chaos
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	shellcheck -x deploy/local/*.sh deploy/kind/*.sh .ci/run
+	shellcheck -x deploy/local/*.sh deploy/kind/*.sh .ci/run chaos/ledger.sh
 
 unit: venv
 	$(PY) -m pytest tests/unit
