@@ -7,12 +7,14 @@
 # trusts nothing else for "what ran when".
 #
 # Written for busybox ash (the job image is busybox): only builtins, usleep and /proc.
+# A pod runs it as `sh -c "$(cat ledger.sh)"` (chaos.ledger.command()), so it needs no
+# file in the image or volume of its own.
 #
 # Environment:
 #   LEDGER              the ledger file (default /ledger/ledger.jsonl), on a hostPath volume
 #   DISPATCH_ATTEMPT    <job>.<submission>.<attempt>.<A>.<J>, set by the admission webhook
 #   DISPATCH_EPOCH      submission * 1000000 + A + J
-#   HOSTNAME            the pod's name
+#   HOSTNAME            the pod's name (else `hostname`, which in a pod is the same)
 #   JOB_COMPLETION_INDEX or PET_NODE_RANK   the rank
 #   NODE_NAME           optional, the node (from the downward API)
 #   LEDGER_RUN_SECONDS  how long to run before exiting 0 (default 5; decimals allowed;
@@ -45,7 +47,7 @@ LEDGER=${LEDGER:-/ledger/ledger.jsonl}
 clean() { v=$1; printf '%s' "${v//[!A-Za-z0-9._:-]/_}"; }
 attempt=$(clean "${DISPATCH_ATTEMPT:-}")
 epoch=$(clean "${DISPATCH_EPOCH:-}")
-pod=$(clean "${HOSTNAME:-}")
+pod=$(clean "${HOSTNAME:-$(hostname 2>/dev/null)}")
 rank=$(clean "${JOB_COMPLETION_INDEX:-${PET_NODE_RANK:-}}")
 node=$(clean "${NODE_NAME:-}")
 pid=$$

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos import ledger
 from chaos.checker import judge
 from chaos.history import Final, read_ledger
 from chaos.report import format_verdicts
@@ -122,3 +123,20 @@ def test_ledger_lines_of_concurrent_writers_stay_whole(tmp_path: Path) -> None:
         assert [ln.seq for ln in mine] == list(range(1, len(mine) + 1))
         assert mine[0].kind == "start"
         assert mine[-1].kind == "exit"
+
+
+@needs_busybox
+def test_ledger_program_runs_as_sh_c_with_its_env(tmp_path: Path) -> None:
+    """The way a pod runs it: the script in the command, the behaviour in the env."""
+    path = tmp_path / "ledger.jsonl"
+    cmd = ledger.command(shell=BUSYBOX)
+    assert cmd[:2] == [BUSYBOX, "-c"]
+    cmd = [BUSYBOX, "sh", *cmd[1:]]  # the host's busybox is not linked as sh
+    env = {k: v for k, v in _ledger_env(path).items() if k != "HOSTNAME"}
+    env |= ledger.env(run_seconds=0.25, ledger=str(path))
+    assert env["LEDGER_RUN_SECONDS"] == "0.25"
+    assert subprocess.run(cmd, env=env, timeout=10).returncode == 0
+    lines = read_ledger(path)
+    assert [ln.kind for ln in lines][0::len(lines) - 1] == ["start", "exit"]
+    assert lines[0].pod == os.uname().nodename  # no HOSTNAME: hostname(1)
+    assert ledger.env(fail_once=True)["LEDGER_FAIL_ONCE"] == "1"
