@@ -149,10 +149,11 @@ def check_clock(ledger: Sequence[LedgerLine], ops: Sequence[Operation], final: F
     """
     problems: list[str] = []
     bad: list[LedgerLine] = []
-    by_proc: dict[tuple[str, int, str], list[LedgerLine]] = defaultdict(list)
+    # One process: a container restarted in place has the same pod and pid but another start.
+    by_proc: dict[tuple[str, int, int, str], list[LedgerLine]] = defaultdict(list)
     for ln in ledger:
-        by_proc[(ln.pod, ln.pid, ln.attempt)].append(ln)
-    for (pod, pid, _), lines in by_proc.items():
+        by_proc[(ln.pod, ln.pid, ln.started_us, ln.attempt)].append(ln)
+    for (pod, pid, _, _), lines in by_proc.items():
         lines.sort(key=lambda ln: ln.seq)
         for a, b in pairwise(lines):
             if b.wall_us < a.wall_us or b.uptime_cs < a.uptime_cs:

@@ -65,6 +65,7 @@ class LedgerLine:
     uptime_cs: int
     node: str = ""
     status: int | None = None
+    started_us: int = 0  # the process's start line's wall_us: pod, pid and this name it
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> LedgerLine:
@@ -77,7 +78,8 @@ class LedgerLine:
                    pid=int(obj.get("pid", 0)), seq=int(obj.get("seq", 0)),
                    wall_us=int(obj["wall_us"]), uptime_cs=int(obj.get("uptime_cs", 0)),
                    node=str(obj.get("node", "")),
-                   status=None if status is None else int(status))
+                   status=None if status is None else int(status),
+                   started_us=int(obj.get("started_us", 0)))
 
     @property
     def ident(self) -> Attempt:

@@ -52,6 +52,7 @@ rank=$(clean "${JOB_COMPLETION_INDEX:-${PET_NODE_RANK:-}}")
 node=$(clean "${NODE_NAME:-}")
 pid=$$
 seq=0
+t0=0  # this process's start line's wall_us: with pod and pid, it names the process
 
 # Seconds with up to six decimals ("2", "0.3") -> microseconds.
 to_us() {
@@ -74,9 +75,11 @@ now() {
 # emit KIND [EXTRA]: append one line. EXTRA is more JSON members, starting with a comma.
 emit() {
   now
+  [ "$t0" = 0 ] && t0=$wall_us
   seq=$((seq + 1))
-  printf '{"kind":"%s","attempt":"%s","epoch":"%s","pod":"%s","rank":"%s","node":"%s","pid":%s,"seq":%s,"wall_us":%s,"uptime_cs":%s%s}\n' \
-    "$1" "$attempt" "$epoch" "$pod" "$rank" "$node" "$pid" "$seq" "$wall_us" "$up_cs" "${2:-}" >> "$LEDGER"
+  printf '{"kind":"%s","attempt":"%s","epoch":"%s","pod":"%s","rank":"%s","node":"%s","pid":%s,"started_us":%s,"seq":%s,"wall_us":%s,"uptime_cs":%s%s}\n' \
+    "$1" "$attempt" "$epoch" "$pod" "$rank" "$node" "$pid" "$t0" "$seq" "$wall_us" "$up_cs" \
+    "${2:-}" >> "$LEDGER"
 }
 
 finish() { emit exit ",\"status\":$1"; exit "$1"; }
@@ -89,7 +92,6 @@ on_term() {
 trap on_term TERM
 
 emit start
-t0=$wall_us
 
 run_us=$(to_us "${LEDGER_RUN_SECONDS:-5}")
 fail_at=

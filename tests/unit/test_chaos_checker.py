@@ -43,7 +43,8 @@ def run(job: str, sub: int, a: int, j: int, start_ms: int, end_ms: int, *, rank:
     kinds = ["start"] + ["beat"] * (len(times) - 2) + ["exit" if status is not None else "beat"]
     return [LedgerLine(kind=k, attempt=attempt, epoch=ep, pod=f"{job.lower()}-{a}-{j}-{rank}",
                        rank=str(rank), pid=pid, seq=n + 1, wall_us=T0 + t * 1000,
-                       uptime_cs=UP0 + t // 10, status=status if k == "exit" else None)
+                       uptime_cs=UP0 + t // 10, status=status if k == "exit" else None,
+                       started_us=T0 + start_ms * 1000)
             for n, (k, t) in enumerate(zip(kinds, times, strict=True))]
 
 
@@ -267,6 +268,15 @@ def test_a_stepped_wall_clock_is_flagged() -> None:
     back = [ln if not (ln.job == OTHER and ln.seq == 5) else
             LedgerLine(**{**ln.__dict__, "wall_us": ln.wall_us - 300_000}) for ln in ledger]
     assert "is earlier than line 4" in judge(back, ops, final)[0].message
+
+
+def test_a_container_restarted_in_place_is_another_process() -> None:
+    """Same pod, same pid 1, same attempt, seq from 1 again: not a clock going backwards."""
+    ledger, ops, final = clean_history()
+    again = [LedgerLine(**{**ln.__dict__, "pid": 1}) for ln in run(OTHER, 1, 1, 0, 50, 1000)]
+    again += [LedgerLine(**{**ln.__dict__, "pid": 1}) for ln in run(OTHER, 1, 1, 0, 1100, 2500)]
+    ledger = [ln for ln in ledger if ln.job != OTHER] + again
+    assert flagged(judge(ledger, ops, final)) == set()
 
 
 def test_history_round_trips_and_report_prints_the_seed(

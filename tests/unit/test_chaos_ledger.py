@@ -77,6 +77,7 @@ def test_ledger_program_beats_and_records_term(
     assert (first.attempt, first.epoch, first.pod, first.rank) == (
         f"{JOB}.1.1.1.0", "1000001", "job-node-0-0-abcde", "0")
     assert first.pid == proc.pid
+    assert {ln.started_us for ln in lines} == {first.wall_us}
     assert lines[-1].status == 143
     v = judge(lines, [], Final())
     assert all(x.ok for x in v), format_verdicts(v)
