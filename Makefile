@@ -30,10 +30,10 @@ test: venv lint
 	$(PY) -m pytest -m 'not machine' tests/cluster
 
 lint: venv
-	$(VENV)/bin/ruff check dispatch_kubeflow admission tests bench examples docs verify deploy/local/*.py
+	$(VENV)/bin/ruff check dispatch_kubeflow admission tests bench examples docs verify chaos deploy/local/*.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	shellcheck -x deploy/local/*.sh deploy/kind/*.sh .ci/run
+	shellcheck -x deploy/local/*.sh deploy/kind/*.sh .ci/run chaos/ledger.sh
 
 unit: venv
 	$(PY) -m pytest tests/unit

@@ -1,0 +1,143 @@
+"""The ledger program, run for real with the host's busybox (the job image's): it writes
+whole lines the checker reads, beats every 100 ms, records TERM, fails once when asked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from chaos import ledger
+from chaos.checker import judge
+from chaos.history import Final, read_ledger
+from chaos.report import format_verdicts
+
+REPO = Path(__file__).resolve().parents[2]
+LEDGER_SH = REPO / "chaos" / "ledger.sh"
+BUSYBOX = shutil.which("busybox") or "/bin/busybox"
+JOB = "01JQ8Z6W3K9V7TQ2M5XH4N0RCB"
+
+
+needs_busybox = pytest.mark.skipif(not Path(BUSYBOX).exists(), reason="no busybox")
+
+
+def _ledger_env(path: Path, **extra: str) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LEDGER": str(path),
+            "DISPATCH_ATTEMPT": f"{JOB}.1.1.1.0", "DISPATCH_EPOCH": "1000001",
+            "HOSTNAME": "job-node-0-0-abcde", "JOB_COMPLETION_INDEX": "0", **extra}
+
+
+@pytest.fixture
+def ledger_proc(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    path = tmp_path / "ledger" / "ledger.jsonl"
+    path.parent.mkdir()
+    proc = subprocess.Popen([BUSYBOX, "sh", str(LEDGER_SH)],
+                            env=_ledger_env(path, LEDGER_RUN_SECONDS="0"))
+    yield proc, path
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@needs_busybox
+def test_ledger_program_beats_and_records_term(
+        ledger_proc: tuple[subprocess.Popen[bytes], Path]) -> None:
+    proc, path = ledger_proc
+    time.sleep(0.55)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=5) == 143
+    raw = path.read_text().splitlines()
+    assert all(json.loads(t) for t in raw)
+    lines = read_ledger(path)
+    kinds = [ln.kind for ln in lines]
+    assert kinds[0] == "start"
+    assert kinds[-2:] == ["term", "exit"]
+    beats = [ln for ln in lines if ln.kind == "beat"]
+    assert len(beats) >= 3
+    assert set(kinds[1:-2]) == {"beat"}
+    gaps = sorted((b.wall_us - a.wall_us) / 1000 for a, b in pairwise(lines[:-2]))
+    # Each beat is due 100 ms after the one before; a loaded machine may delay one.
+    assert 80 <= gaps[len(gaps) // 2] <= 130, gaps
+    assert all(50 <= g <= 400 for g in gaps), gaps
+    assert [ln.seq for ln in lines] == list(range(1, len(lines) + 1))
+    walls = [ln.wall_us for ln in lines]
+    assert walls == sorted(walls)
+    assert len(set(walls)) == len(walls)
+    assert [ln.uptime_cs for ln in lines] == sorted(ln.uptime_cs for ln in lines)
+    assert abs(walls[0] - time.time_ns() // 1000) < 10_000_000  # the same clock as ours
+    first = lines[0]
+    assert (first.attempt, first.epoch, first.pod, first.rank) == (
+        f"{JOB}.1.1.1.0", "1000001", "job-node-0-0-abcde", "0")
+    assert first.pid == proc.pid
+    assert {ln.started_us for ln in lines} == {first.wall_us}
+    assert lines[-1].status == 143
+    v = judge(lines, [], Final())
+    assert all(x.ok for x in v), format_verdicts(v)
+
+
+@needs_busybox
+@pytest.mark.parametrize(("attempt", "rank", "rc"), [
+    (f"{JOB}.1.1.1.0", "0", 1),   # J = 0, rank 0: fails once
+    (f"{JOB}.1.1.1.1", "0", 0),   # J = 1: JobSet restarted it, it runs to the end
+    (f"{JOB}.1.1.1.0", "1", 0),   # another rank does not fail
+])
+def test_ledger_program_fails_once_and_runs_for_its_seconds(
+        tmp_path: Path, attempt: str, rank: str, rc: int) -> None:
+    path = tmp_path / "ledger.jsonl"
+    env = _ledger_env(path, DISPATCH_ATTEMPT=attempt, JOB_COMPLETION_INDEX=rank,
+                      LEDGER_RUN_SECONDS="0.45", LEDGER_FAIL_ONCE="1", LEDGER_FAIL_AFTER="0.2")
+    t = time.monotonic()
+    assert subprocess.run([BUSYBOX, "sh", str(LEDGER_SH)], env=env, timeout=10).returncode == rc
+    took = time.monotonic() - t
+    lines = read_ledger(path)
+    assert lines[-1].kind == "exit"
+    assert lines[-1].status == rc
+    span_ms = (lines[-1].wall_us - lines[0].wall_us) / 1000
+    if rc:
+        assert 190 <= span_ms < 400
+        assert took < 2
+    else:
+        assert 440 <= span_ms < 700
+        assert len(lines) >= 6
+
+
+@needs_busybox
+def test_ledger_lines_of_concurrent_writers_stay_whole(tmp_path: Path) -> None:
+    """Eight processes append to one file at once: every line parses, none is lost."""
+    path = tmp_path / "ledger.jsonl"
+    procs = [subprocess.Popen([BUSYBOX, "sh", str(LEDGER_SH)],
+                              env=_ledger_env(path, DISPATCH_ATTEMPT=f"J{n}.1.1.1.0",
+                                              LEDGER_RUN_SECONDS="0.5"))
+             for n in range(8)]
+    assert [p.wait(timeout=10) for p in procs] == [0] * 8
+    lines = read_ledger(path)
+    for n in range(8):
+        mine = [ln for ln in lines if ln.attempt == f"J{n}.1.1.1.0"]
+        assert [ln.seq for ln in mine] == list(range(1, len(mine) + 1))
+        assert mine[0].kind == "start"
+        assert mine[-1].kind == "exit"
+
+
+@needs_busybox
+def test_ledger_program_runs_as_sh_c_with_its_env(tmp_path: Path) -> None:
+    """The way a pod runs it: the script in the command, the behaviour in the env."""
+    path = tmp_path / "ledger.jsonl"
+    cmd = ledger.command(shell=BUSYBOX)
+    assert cmd[:2] == [BUSYBOX, "-c"]
+    cmd = [BUSYBOX, "sh", *cmd[1:]]  # the host's busybox is not linked as sh
+    env = {k: v for k, v in _ledger_env(path).items() if k != "HOSTNAME"}
+    env |= ledger.env(run_seconds=0.25, ledger=str(path))
+    assert env["LEDGER_RUN_SECONDS"] == "0.25"
+    assert subprocess.run(cmd, env=env, timeout=10).returncode == 0
+    lines = read_ledger(path)
+    assert [ln.kind for ln in lines][0::len(lines) - 1] == ["start", "exit"]
+    assert lines[0].pod == os.uname().nodename  # no HOSTNAME: hostname(1)
+    assert ledger.env(fail_once=True)["LEDGER_FAIL_ONCE"] == "1"
