@@ -271,7 +271,7 @@ async def test_bad_input_is_one_line_and_changes_nothing(
         (["stop", job, "--reason", "r"], tmp_path / "absent.json", 1,
          "no settings file at"),
         (["stop", job, "--reason", "r", "--kubeconfig", str(tmp_path / "gone.kubeconfig")],
-         settings_file, 1, "cluster.kubeconfig: the file"),
+         settings_file, 1, "cluster.kubeconfig: no such file"),
         (["stop", job, "--reason", "r", "--kubeconfig", str(unreachable)], settings_file, 1,
          "cannot reach the cluster: "),
         (["get", "-w", "--kubeconfig", str(unreachable)], settings_file, 1,
@@ -445,7 +445,7 @@ async def test_the_docs_page_captures(kubeconfig: str, docs_ns: str, admission: 
     page.write_text(text)
     assert cap.check(page) == []
     for seen in ("gated", "released: TrainJob", "not held: TrainJob", "stopped: job",
-                 "error: Invalid value for 'JOB'", "cluster.kubeconfig: the file"):
+                 "error: Invalid value for 'JOB'", "cluster.kubeconfig: no such file"):
         assert seen in text, seen
 
 
