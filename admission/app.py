@@ -8,8 +8,9 @@ Start: health and metrics, TLS and the webhook (every replica serves it, and rea
 for it). kopf starts watching only once the startup handler has returned, so the rest waits
 in a task: once the indexes hold everything the API server lists, the work queue, the Active
 condition and the campaign for the Lease start. Stop (SIGTERM/SIGINT, handled by kopf): stop
-campaigning, write ``Active=False`` while still leader, release the Lease so a standby takes
-over at once, stop deciding, stop serving.
+campaigning, release the Lease so a standby takes over at once, and write ``Active=False``
+only if no replica took the Lease within a retry period (see :meth:`Controller.stop`), stop
+deciding, stop serving.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from admission.readmission import Readmission
 from admission.webhook import ClientConfig, WebhookServer, ensure_configuration
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube import Kube
-from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, POD, WORKLOAD
+from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, LEASE, POD, WORKLOAD
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,20 @@ class Controller:
         self._spawn(self.active.run(), "active condition")
         self._spawn(self.elector.run(), "leader election")
 
+    async def _successor(self, within: float) -> bool:
+        """Whether another replica holds the Lease within ``within`` seconds."""
+        deadline = time.monotonic() + within
+        while True:
+            with contextlib.suppress(errors.KubeError):
+                lease = await self.kube.get_or_none(LEASE, self.config.lease_name,
+                                                    self.config.namespace)
+                holder = str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+                if holder and holder != self.config.identity:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.2)
+
     async def stop(self) -> None:
         """Ordered shutdown; safe to call twice."""
         if self._stopped:
@@ -189,11 +204,17 @@ class Controller:
         for t in election:
             t.cancel()
         await asyncio.gather(*election, return_exceptions=True)
-        if self.elector.is_leader():
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.active.sync(stopping=True), 5)
+        # Release first, then say Active=False only if no standby took over. Written before
+        # the release, the False made Kueue mark every ClusterQueue of the check inactive for
+        # the takeover; a Workload created in that moment was judged Inadmissible
+        # ("ClusterQueue is inactive") and Kueue did not queue it again when the successor
+        # wrote True: seen on the local cluster, deleting the leader pod stranded a job.
+        was_leader = self.elector.is_leader()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.elector.release(), 5)
+        if was_leader and not await self._successor(self.config.retry_period + 1):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.active.sync(stopping=True, last_leader=True), 5)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -3,8 +3,9 @@
 Kueue makes a ClusterQueue inactive while one of its checks is not Active, so the condition
 is the check's heartbeat for Kueue as the Lease is for the adapter. Only the leader writes:
 True (reason ``Active``) while it leads; False with a reason that says why otherwise
-(``ParametersNotSupported``; ``ControllerStopped`` when the leader shuts down cleanly, written
-before it releases the Lease so a successor's True is never overwritten). The write is a
+(``ParametersNotSupported``; ``ControllerStopped`` when the leader shuts down cleanly and no
+other replica took the Lease it released within a retry period; a successor that takes it
+later sees the change and writes True again). The write is a
 server-side apply of that one condition on the status subresource.
 """
 
@@ -97,11 +98,12 @@ class ActiveConditions:
         log.info("admission check %s: Active=%s (%s)", name, want.status, want.reason,
                  extra={"admission_check": name})
 
-    async def sync(self, *, stopping: bool = False) -> bool:
-        """One pass over our checks; True when every write succeeded."""
+    async def sync(self, *, stopping: bool = False, last_leader: bool = False) -> bool:
+        """One pass over our checks; True when every write succeeded. ``last_leader``: the
+        leader shutting down with no successor writes, though it no longer leads."""
         ok = True
         for ac in self.caches.admission_checks():
-            if not is_ours(ac) or not self.elector.is_leader():
+            if not is_ours(ac) or not (self.elector.is_leader() or last_leader):
                 continue
             want = desired(ac, identity=self.elector.identity, lease=self.lease,
                            stopping=stopping)

@@ -88,6 +88,14 @@ def settings() -> kopf.OperatorSettings:
     s.watching.client_timeout = 330
     # kopf retries failed handlers; our handlers do not fail (they only enqueue).
     s.networking.request_timeout = 30
+    # While the API server is away (a restart: a single server takes itself out of the
+    # `kubernetes` Service's endpoints) connections hang or are refused. kopf's defaults
+    # (each attempt up to the request timeout, then 1+1+2+3+5+8+13+21 s between them) kept a
+    # watch stale for minutes after the server came back, and a replica taking the Lease
+    # then decided from caches that missed new Workloads. Fail connections fast and retry
+    # briefly; kopf restarts a watch whose retries ran out at once.
+    s.networking.connect_timeout = 5
+    s.networking.error_backoffs = (0.5, 1, 2, 3, 5)
     return s
 
 

@@ -463,8 +463,33 @@ async def _watch_suspend(kube: Kube, ns: str, name: str, seen: ProbeWatch) -> No
     await wait_for(kube, TRAINJOB, ns, look, field_selector=f"metadata.name={name}")
 
 
+_SERVICE_ACCOUNT = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+_SERVICE_ACCOUNT_WAIT = 15.0
+"""How long the probe waits for a new namespace's ``default`` ServiceAccount."""
+
+
+async def _default_service_account(kube: Kube, namespace: str) -> bool:
+    """Whether the namespace has its ``default`` ServiceAccount, waiting briefly for it: the
+    API server refuses every pod, dry-run ones too, until the controller-manager has made it,
+    which in a namespace made a moment ago it may not have yet."""
+    try:
+        async with asyncio.timeout(_SERVICE_ACCOUNT_WAIT):
+            await wait_for(kube, _SERVICE_ACCOUNT, namespace,
+                           lambda objs: True if "default" in objs else None,
+                           field_selector="metadata.name=default")
+    except TimeoutError:
+        return False
+    except errors.KubeForbidden:
+        return True  # not ours to read: the dry-run pod below will say what is wrong
+    return True
+
+
 async def _attempt_injection(kube: Kube, settings: Settings, job: JobID,
                              probe_name: str) -> CapabilityStatus:
+    if not await _default_service_account(kube, settings.namespace):
+        return _no(f"namespace {settings.namespace} has no ServiceAccount 'default' after "
+                   f"{_SERVICE_ACCOUNT_WAIT:g}s, so no pod can be made there (is the "
+                   "controller-manager's serviceaccount controller running?)")
     try:
         pod = await kube.create(POD, dry_run_pod(settings, job, probe_name), settings.namespace,
                                 dry_run=True)

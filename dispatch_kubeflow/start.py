@@ -232,10 +232,16 @@ def owner_reference(trainjob: Mapping[str, Any]) -> dict[str, Any]:
 _RUNTIME_LAG_RETRIES = 8
 
 
+KUEUE_TRAINJOB_WEBHOOK = "vtrainjob.kb.io"
+"""Kueue's validating webhook for TrainJobs (its kubebuilder marker's name)."""
+
+
 def runtime_not_seen(exc: errors.KubeError) -> bool:
-    """Whether Trainer's webhook denied a TrainJob for its runtime (not found in its cache)."""
+    """Whether a webhook denied a TrainJob for its runtime: Trainer's or Kueue's TrainJob
+    webhook, whose cache has not seen a runtime copy made a moment ago."""
     return (isinstance(exc, errors.KubeWebhookDenied)
-            and exc.webhook.endswith("." + names.TRAINER_GROUP)
+            and (exc.webhook.endswith("." + names.TRAINER_GROUP)
+                 or exc.webhook == KUEUE_TRAINJOB_WEBHOOK)
             and exc.names_field("spec.runtimeRef"))
 
 

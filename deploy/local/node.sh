@@ -22,6 +22,8 @@ usage() { echo "usage: $0 pause|resume|cut|heal|restart-kubelet|status NAME NODE
 action=$1 CLUSTER_NAME=$2 node=$3
 cluster_dirs "$CLUSTER_NAME"
 cluster_nodes "$CLUSTER_NAME"
+# A fault that goes wrong fails only itself: lib.sh's fail() must not take the cluster down.
+export DISPATCH_KEEP_ON_FAILURE=1
 index=
 for i in "${!NODES[@]}"; do [ "${NODES[$i]}" = "$node" ] && index=$i; done
 if [ -z "$index" ] || [ ! -f "$STATE/pids/kubelet-$node" ]; then
@@ -58,7 +60,7 @@ case $action in
     done
     mapfile -d '' -t cmd < "$STATE/nodes/$node/kubelet.cmdline"
     start_proc "kubelet-$node" "$STATE/logs/kubelet-$node.log" "${cmd[@]}"
-    wait_until "kubelet-$node" "$STATE/logs/kubelet-$node.log" 30 \
+    wait_until "kubelet-$node" "$STATE/logs/kubelet-$node.log" 90 \
       curl -sf "http://$(node_ip "$index"):10248/healthz"
     log "kubelet of $node restarted (pid $(cat "$STATE/pids/kubelet-$node"))" ;;
   status)

@@ -203,8 +203,16 @@ def _causes(details: Any) -> list[StatusCause]:
             for c in details.get("causes") or [] if isinstance(c, dict)]
 
 
+# Kueue's TrainJob webhook (vtrainjob.kb.io) refuses a TrainJob whose runtime its cache has
+# not seen yet with a bare error and no field (pkg/controller/jobs/trainjob, v0.19:
+# "runtime '<name>' not found"); Trainer's own says spec.runtimeRef. Both mean the same.
+_KUEUE_RUNTIME_NOT_FOUND = re.compile(r"runtime '[^']*' not found$")
+
+
 def _denial_causes(denial: str) -> list[StatusCause]:
     """The field errors of a denial's text (each of an aggregate ``[a, b]``)."""
+    if _KUEUE_RUNTIME_NOT_FOUND.match(denial):
+        return [StatusCause("FieldValueNotFound", denial, "spec.runtimeRef")]
     text = denial[1:-1] if denial.startswith("[") and denial.endswith("]") else denial
     starts = [m for m in _FIELD_ERROR.finditer(text)
               if m.start() == 0 or text[m.start() - 2:m.start()] == ", "]

@@ -245,7 +245,8 @@ async def test_controller_works_with_only_its_rbac(
         allowed, _ = await as_sa.access_review("delete", "pods", namespace=queued_ns)
         assert not allowed, "the token must carry the ServiceAccount's rights, not an admin's"
 
-    handle = AdmissionHandle(kubeconfig=path, state=tmp_path)
+    # admin_kubeconfig: the in-cluster Deployment is scaled to zero first (one Lease).
+    handle = AdmissionHandle(kubeconfig=path, state=tmp_path, admin_kubeconfig=kubeconfig)
     try:
         rep = handle.start()
         assert await handle.wait_leader(kube) is rep

@@ -167,7 +167,12 @@ async def test_deleting_the_leader_pod_moves_the_lease_and_nothing_goes_unidenti
             await asyncio.sleep(0.1)
             holder = await admission.holder(kube)
         took = time.monotonic() - deleted_at
-        await wait_ready(kube, ns, tj1, limit=90)
+        try:
+            await wait_ready(kube, ns, tj1, limit=90)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nholder {holder}; workload "
+                                 f"{await workload(kube, ns, tj1)}\n{dump_logs(admission)}"
+                                 ) from None
         await asyncio.sleep(2)
     finally:
         stop.set()

@@ -31,6 +31,10 @@ def test_settings_make_kopf_inert() -> None:
     assert isinstance(s.persistence.progress_storage, operator.NoProgressStorage)
     assert isinstance(s.persistence.diffbase_storage, operator.NoDiffBaseStorage)
     assert list(s.watching.label_selectors.values()) == [names.JOBSET_NAME_LABEL]
+    # A watch is back within seconds of the API server, not kopf's default minutes.
+    assert s.networking.connect_timeout is not None
+    assert s.networking.connect_timeout <= 5
+    assert sum(s.networking.error_backoffs) <= 15  # type: ignore[arg-type]
 
 
 def test_storages_write_nothing_into_a_patch() -> None:

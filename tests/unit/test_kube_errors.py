@@ -90,6 +90,26 @@ def test_webhook_denials_are_invalid_not_forbidden() -> None:
     assert runtime_not_seen(exc)
 
 
+def test_kueues_trainjob_webhook_not_having_seen_the_runtime_is_runtime_not_seen() -> None:
+    """Seen on the local cluster (Kueue 0.19.2): Kueue's webhook, not Trainer's, refused a
+    TrainJob made a moment after its runtime copy, with a bare error and no field."""
+    exc = errors.kube_error(403, {
+        "kind": "Status", "code": 403, "reason": "Forbidden",
+        "message": 'admission webhook "vtrainjob.kb.io" denied the request: '
+                   "runtime 'dj-jc74fc607fe-s1' not found"})
+    assert isinstance(exc, errors.KubeWebhookDenied)
+    assert exc.webhook == "vtrainjob.kb.io"
+    assert [(c.reason, c.field) for c in exc.causes] == [("FieldValueNotFound",
+                                                          "spec.runtimeRef")]
+    assert runtime_not_seen(exc)
+    # Another webhook saying the same words is not Kueue's TrainJob webhook.
+    other = errors.kube_error(403, {
+        "kind": "Status", "code": 403, "reason": "Forbidden",
+        "message": 'admission webhook "other.example.com" denied the request: '
+                   "runtime 'x' not found"})
+    assert not runtime_not_seen(other)
+
+
 def test_an_admission_policy_denial_stays_forbidden() -> None:
     exc = errors.kube_error(403, status(
         403, "Forbidden", "trainjobs.trainer.kubeflow.org \"x\" is forbidden: "
