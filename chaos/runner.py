@@ -309,8 +309,9 @@ def job_command(plan: JobPlan, *, variant: str = "") -> list[str]:
     return ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *ledger_mod.command()]
 
 
-def job_request(job: JobID, plan: JobPlan, runtime: str, *, variant: str = "") -> StartRequest:
-    return StartRequest(job, 1, 1, JobSpec(
+def job_request(job: JobID, plan: JobPlan, runtime: str, *, variant: str = "",
+                submission: int = 1) -> StartRequest:
+    return StartRequest(job, submission, 1, JobSpec(
         job_command(plan, variant=variant), plan.nodes,
         [Image(IMAGE, "IfNotPresent"), RuntimeRef("ClusterTrainingRuntime", runtime)]))
 
@@ -519,6 +520,10 @@ class JobState:
     ref: ObjectRef | None = None
     hold_instance: int = 0   # the instance of the hold this runner placed last (0: none)
     next_instance: int = 1
+    # After a StopJob a caller starts the job again as a new submission (its identity
+    # must stay higher than every execution before); the runner does the same.
+    submission: int = 1
+    stopped: bool = False
 
 
 @dataclass
@@ -701,17 +706,22 @@ class Run:
                                 args={"instance": instance, "wrong": name == "release-wrong"},
                                 summary=lambda out: str(out))
         elif name == "stop_job":
-            await self.rec.call(OP_STOP, job,
-                                lambda: be.stop_job(st.job, f"chaos {self.namespace}"),
-                                seconds=DEADLINES[OP_STOP], summary=stop_summary)
+            rec, _ = await self.rec.call(OP_STOP, job,
+                                         lambda: be.stop_job(st.job, f"chaos {self.namespace}"),
+                                         seconds=DEADLINES[OP_STOP], summary=stop_summary)
+            st.stopped = True
         else:
             variant = "other" if name == "start-different" else ""
+            if st.stopped:
+                st.submission += 1
+                st.stopped = False
+            req = job_request(st.job, st.plan, self.runtime, variant=variant,
+                              submission=st.submission)
             rec, ref2 = await self.rec.call(
-                OP_START, job, lambda: be.start(job_request(st.job, st.plan, self.runtime,
-                                                            variant=variant)),
-                seconds=DEADLINES[OP_START], args={"same": not variant},
+                OP_START, job, lambda: be.start(req), seconds=DEADLINES[OP_START],
+                args={"same": not variant, "submission": st.submission},
                 summary=lambda ref: ref.id)
-            if rec.ok and st.ref is None:
+            if rec.ok:
                 st.ref = ref2
 
     async def _settle(self, be: Backend) -> None:
@@ -730,6 +740,8 @@ class Run:
                 if obs.state not in (ObjectState.SUCCEEDED, ObjectState.FAILED,
                                      ObjectState.GONE, ObjectState.HELD, ObjectState.GATED):
                     busy = True
+                elif obs.state is ObjectState.HELD and obs.hold_until is not None:
+                    busy = True  # a hold that expires: the job runs again after it
             if not busy:
                 return
             await asyncio.sleep(2)
