@@ -67,6 +67,7 @@ from dispatch_kubeflow import (
     ActorKind,
     Backend,
     CallMeta,
+    DispatchError,
     HoldMeta,
     Image,
     JobID,
@@ -863,7 +864,11 @@ async def campaign(a: argparse.Namespace) -> int:
     if skipped:
         print(f"chaos: {skipped}", file=sys.stderr)
     results: list[RunResult] = []
-    kube = await Kube.connect(kubeconfig=a.kubeconfig)
+    try:
+        kube = await Kube.connect(kubeconfig=a.kubeconfig)
+    except DispatchError as exc:
+        print(f"chaos: cannot reach the cluster: {exc}", file=sys.stderr)
+        return 2
     code = 0
     try:
         for i in range(a.runs):
