@@ -566,6 +566,9 @@ class Run:
                                 skipped_faults=skipped_faults, history=str(self.dir))
         self.jobs: list[JobState] = []
         self.rec: Recorder | None = None
+        # What the library must answer beyond the checker's properties: a second Start of
+        # the same submission returns the same object, or ConflictError for another request.
+        self.expect: list[str] = []
 
     async def execute(self, kube: Kube) -> RunResult:
         t0 = time.monotonic()
@@ -713,6 +716,7 @@ class Run:
             st.stopped = True
         else:
             variant = "other" if name == "start-different" else ""
+            again = not st.stopped and st.ref is not None  # the same submission again
             if st.stopped:
                 st.submission += 1
                 st.stopped = False
@@ -722,6 +726,14 @@ class Run:
                 OP_START, job, lambda: be.start(req), seconds=DEADLINES[OP_START],
                 args={"same": not variant, "submission": st.submission},
                 summary=lambda ref: ref.id)
+            if again and variant and rec.error != "ConflictError" and rec.return_us:
+                self.expect.append(f"operation {rec.id}: a second Start of {job} with a "
+                                   f"different request gave {rec.error or rec.result!r}, "
+                                   "not ConflictError")
+            if again and not variant and rec.ok and st.ref is not None \
+                    and ref2.id != st.ref.id:
+                self.expect.append(f"operation {rec.id}: a second Start of {job} with the "
+                                   f"same request gave {ref2.id}, not {st.ref.id}")
             if rec.ok:
                 st.ref = ref2
 
@@ -802,9 +814,15 @@ class Run:
         self.result.verdicts = {v.prop: v.ok for v in verdicts}
         self.result.violations = [f"({v.prop}) {v.message.splitlines()[0] if v.message else ''}"
                                   for v in verdicts if not v.ok]
+        self.result.verdicts["start"] = not self.expect
+        self.result.violations += [f"(start) {e}" for e in self.expect]
         text = format_verdicts(verdicts, self.run_seed)
+        text += "\n" + ("ok   (start) a second Start of a submission: the same object, or "
+                        "ConflictError" if not self.expect else
+                        "FAIL (start) a second Start of a submission:\n  "
+                        + "\n  ".join(self.expect))
         (self.dir / "verdicts.txt").write_text(text + "\n", encoding="utf-8")
-        if not all(v.ok for v in verdicts):
+        if not all(v.ok for v in verdicts) or self.expect:
             print(text, file=sys.stderr)
 
     async def _cleanup(self, kube: Kube) -> None:
@@ -838,7 +856,7 @@ class Run:
 
 
 def summary_table(results: Sequence[RunResult]) -> str:
-    props = ("clock", "a", "b", "c", "d", "e", "f")
+    props = ("clock", "a", "b", "c", "d", "e", "f", "start")
     head = f"{'seed':>8} {'secs':>6} {'ops':>4} {'faults':<44} " + \
         " ".join(f"{p:>5}" for p in props) + "  note"
     rows = [head]
