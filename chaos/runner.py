@@ -307,7 +307,11 @@ def job_command(plan: JobPlan, *, variant: str = "") -> list[str]:
     env = ledger_mod.env(run_seconds=plan.run_seconds, fail_once=plan.fail_once)
     if variant:
         env["LEDGER_VARIANT"] = variant  # a different request: same job, other command
-    return ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *ledger_mod.command()]
+    # Kubernetes expands $(VAR) in a container's command and turns $$ into $: every $ of
+    # the script is doubled so that the shell gets the script as written ($$ is its pid).
+    shell, flag, script, name = ledger_mod.command()
+    return ["env", *(f"{k}={v}" for k, v in sorted(env.items())),
+            shell, flag, script.replace("$", "$$"), name]
 
 
 def job_request(job: JobID, plan: JobPlan, runtime: str, *, variant: str = "",
