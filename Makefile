@@ -5,7 +5,7 @@ KUBECONFIG_LOCAL ?= /tmp/$(CLUSTER).kubeconfig
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test venv lint unit verify cluster-up cluster-down docs bench clean
+.PHONY: demo test venv lint unit verify cluster-up cluster-down docs bench chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -58,6 +58,14 @@ docs: venv
 bench: venv
 	$(PY) bench/cluster.py
 	$(PY) bench/adapter.py
+
+## chaos: RUNS randomized runs of the fault suite from SEED against the local cluster
+## $$(CLUSTER) (its fault tools too); results in chaos-results/ (docs/guarantees.md).
+RUNS ?= 3
+SEED ?= 1
+chaos: venv
+	$(PY) -m chaos.runner --runs $(RUNS) --seed $(SEED) --kubeconfig $(KUBECONFIG_LOCAL) \
+	  --cluster $(CLUSTER) --out chaos-results
 
 clean:
 	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,145 @@
+"""The fault suite's runner, offline: its plan is a function of the seed, and its recorder
+records results, typed errors by class, and calls past their deadline as hung."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from chaos import runner
+from chaos.checker import check_calls
+from chaos.history import Final, read_operations
+from dispatch_kubeflow import ConflictError, JobID
+
+
+def test_the_plan_is_a_function_of_the_seed() -> None:
+    a = runner.make_plan(7, jobs=3, ops=8)
+    assert a == runner.make_plan(7, jobs=3, ops=8)
+    assert a != runner.make_plan(8, jobs=3, ops=8)
+    assert len(a.jobs) == 3
+    assert sum(1 for s in a.steps if s.kind == "op") == 8
+    assert a.jobs[0].fail_once  # every run has a job that JobSet restarts
+    assert all(j.nodes in (1, 2) for j in a.jobs)
+
+
+def test_faults_come_only_from_those_available() -> None:
+    for seed in range(50):
+        plan = runner.make_plan(seed, faults=["delete-leader-pod"])
+        assert {s.name for s in plan.steps if s.kind == "fault"} <= {"delete-leader-pod"}
+        assert not [s for s in runner.make_plan(seed, faults=[]).steps if s.kind == "fault"]
+
+
+def test_many_seeds_cover_every_operation_and_fault() -> None:
+    ops: set[str] = set()
+    faults: set[str] = set()
+    for seed in range(200):
+        for s in runner.make_plan(seed).steps:
+            (ops if s.kind == "op" else faults).add(s.name)
+    assert ops == set(runner.SCHEDULE_OPS)
+    assert faults == set(runner.FAULTS)
+
+
+def test_a_pause_outlasts_the_node_monitor_grace_and_a_sigstop_the_lease() -> None:
+    for seed in range(100):
+        for s in runner.make_plan(seed).steps:
+            if s.name == "node-pause":
+                assert runner.NODE_MONITOR_GRACE < s.arg < runner.NODE_MONITOR_GRACE + 10
+            if s.name == "controller-sigstop":
+                assert s.arg > runner.LEASE_DURATION
+
+
+def test_the_job_command_carries_the_ledger_settings() -> None:
+    plan = runner.JobPlan(nodes=2, fail_once=True, run_seconds=5.0, open_at_start=True)
+    cmd = runner.job_command(plan)
+    assert cmd[0] == "env"
+    assert "LEDGER_FAIL_ONCE=1" in cmd
+    assert "LEDGER_RUN_SECONDS=5" in cmd
+    assert cmd[-4:-2] == ["/bin/sh", "-c"]
+    assert cmd[-1] == "ledger"
+    other = runner.job_command(plan, variant="other")
+    assert other != cmd
+    req = runner.job_request(JobID.new(), plan, "dispatch-chaos-1-0")
+    req.validate()
+
+
+def test_the_runtime_mounts_the_ledger_from_the_host() -> None:
+    body = runner.runtime_body("dispatch-chaos-1-0", Path("/var/lib/dispatch-chaos/1-0"))
+    pod = body["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    vol = pod["spec"]["volumes"][0]
+    assert vol["hostPath"] == {"path": "/var/lib/dispatch-chaos/1-0",
+                               "type": "DirectoryOrCreate"}
+    assert pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] == "/ledger"
+
+
+def test_the_recorder_records_results_typed_errors_and_hung_calls(tmp_path: Path) -> None:
+    rec = runner.Recorder(tmp_path / "ops.jsonl", hung_grace=0.05)
+
+    async def ok() -> str:
+        return "ns/name"
+
+    async def conflict() -> None:
+        raise ConflictError("another request")
+
+    async def hang() -> None:
+        await asyncio.sleep(10)
+
+    async def go() -> None:
+        await rec.call("start", "J", ok, seconds=5, summary=lambda v: {"ref": v})
+        await rec.call("start", "J", conflict, seconds=5)
+        await rec.call("hold", "J", hang, seconds=0.05)
+
+    asyncio.run(go())
+    done, failed, hung = rec.ops
+    assert done.ok
+    assert done.result == {"ref": "ns/name"}
+    assert done.return_us is not None
+    assert done.call_us <= done.return_us <= (done.deadline_us or 0)
+    assert failed.error == "ConflictError"
+    assert "another request" in failed.error_message
+    assert hung.return_us is None
+    assert hung.error is None
+    assert hung.deadline_us is not None
+    assert read_operations(tmp_path / "ops.jsonl") == rec.ops
+    verdict = check_calls([], rec.ops, Final())
+    assert not verdict.ok
+    assert "operation 3 (hold J) never returned" in verdict.message
+    assert "ConflictError" not in verdict.message  # a typed error is fine
+
+
+def test_an_untyped_error_is_recorded_by_its_class_and_judged(tmp_path: Path) -> None:
+    rec = runner.Recorder(None)
+
+    async def boom() -> None:
+        raise KeyError("x")
+
+    asyncio.run(rec.call("open", "J", boom, seconds=1))
+    assert rec.ops[0].error == "KeyError"
+    assert not check_calls([], rec.ops, Final()).ok
+
+
+def test_a_fault_record_is_an_operation_of_kind_fault() -> None:
+    rec = runner.Recorder(None)
+    op = rec.record("fault:node-pause", runner.now_us(), {"node": "dk-worker"})
+    assert op.op == "fault:node-pause"
+    assert op.ok
+    json.dumps(op.result)
+
+
+def test_the_summary_table_names_every_run() -> None:
+    res = runner.RunResult(seed=5, run=0, namespace="chaos-5-0", duration_s=12.5,
+                           ops={"open": 2}, faults={"node-pause": 1},
+                           verdicts=dict.fromkeys(("clock", "a", "b", "c", "d", "e", "f"), True))
+    bad = runner.RunResult(seed=6, run=1, namespace="chaos-5-1", error="boom")
+    table = runner.summary_table([res, bad])
+    assert "node-pause=1" in table
+    assert "boom" in table
+    assert table.splitlines()[-1] == "1/2 runs without violation or error"
+
+
+@pytest.mark.parametrize("argv", [["--runs", "1"]])
+def test_the_command_line_needs_a_kubeconfig(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        runner.main(argv)
