@@ -15,11 +15,9 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
@@ -32,13 +30,14 @@ from tests.cluster.admission_fixture import (
     dump_logs,
     kubectl_binary,
 )
-from tests.cluster.helpers import IMAGE, delete_cluster_queue, eventually, make_queues, pods_of
+from tests.cluster.helpers import IMAGE, eventually, pods_of
 from tests.cluster.test_admission_cluster import (
     SLOW_TERM,
     _pod,
     admission_count,
     dispatch_job,
     dispatch_labels,
+    ns,
     raised_events,
     set_active,
     wait_ready,
@@ -47,6 +46,7 @@ from tests.cluster.test_admission_cluster import (
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
+__all__ = ["ns"]  # a fixture (a namespace with a ClusterQueue listing the check), used here
 Obj = dict[str, Any]
 NS = names.CONTROLLER_NAMESPACE
 SELECTOR = f"app.kubernetes.io/name={DEPLOYMENT_NAME}"
@@ -54,18 +54,6 @@ SELECTOR = f"app.kubernetes.io/name={DEPLOYMENT_NAME}"
 LEASE_DURATION = 15.0
 LOCAL = not os.environ.get("KUBECONFIG")
 SERVICE = r.Resource("", "v1", "services", "Service")
-
-
-@pytest_asyncio.fixture
-async def ns(kube: Kube) -> AsyncIterator[str]:
-    name = f"dep-{uuid.uuid4().hex[:8]}"
-    await kube.create(r.NAMESPACE, {"metadata": {"name": name}})
-    await make_queues(kube, name, checks=[names.ADMISSION_CHECK], cpu="2", memory="1Gi")
-    try:
-        yield name
-    finally:
-        await kube.delete(r.NAMESPACE, name)
-        await delete_cluster_queue(kube, name)
 
 
 def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> str:
