@@ -11,8 +11,9 @@ is released by the admission controller, which watches Workloads anyway.
 Plain mode: the same annotations go on the TrainJob with ``spec.suspend=true``. Release
 waits until no pod of the job remains, then raises A, removes the annotations and
 unsuspends in one patch (:mod:`dispatch_kubeflow.admission_count`). A job still closed by
-its start gate (never opened, A = 0) stays suspended after release. An expired hold is
-released by the library on the next Inspect or Release of that job.
+its start gate (never opened, A = 0) stays suspended after release. Nobody else being
+there to release an expired hold, the library does, in a wait on the job
+(:func:`dispatch_kubeflow.observe.wait`); Inspect only reads.
 
 Every call is bounded by its own ``HoldMeta.call.deadline``; past it the call raises
 DeadlineExceeded and changes nothing more.
@@ -29,7 +30,7 @@ from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.objects import annotations_of, meta
-from dispatch_kubeflow.core.times import format_time, parse_time
+from dispatch_kubeflow.core.times import format_time
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import HoldMeta
@@ -58,11 +59,6 @@ def validate_hold(hold: HoldMeta) -> None:
                                f"{hold.instance!r}", field="hold.instance")
     if not hold.by.id:
         raise errors.SpecError("hold.by.id: must name who holds", field="hold.by.id")
-
-
-def expired(obj: Mapping[str, Any], now: datetime | None = None) -> bool:
-    until = parse_time(annotations_of(obj).get(names.HOLD_UNTIL))
-    return until is not None and until <= (now or datetime.now(UTC))
 
 
 def _escape(key: str) -> str:
