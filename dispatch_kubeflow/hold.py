@@ -65,15 +65,17 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def release_patch(obj: Mapping[str, Any], instance: int, *, kueue: bool) -> list[dict[str, Any]]:
-    """JSON patch: test the hold instance, drop the hold's annotations, reactivate (Kueue)."""
+def release_patch(obj: Mapping[str, Any], instance: int, *,
+                  reactivate: bool) -> list[dict[str, Any]]:
+    """JSON patch: test the hold instance, drop the hold's annotations, and (a Workload's)
+    set ``spec.active`` again."""
     ann = annotations_of(obj)
     ops: list[dict[str, Any]] = [{"op": "test", "path": f"/metadata/annotations/"
                                   f"{_escape(names.HOLD_INSTANCE)}",
                                   "value": ann.get(names.HOLD_INSTANCE, str(instance))}]
     ops += [{"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"}
             for k in names.HOLD_ANNOTATIONS if k in ann]
-    if kueue:
+    if reactivate:
         ops.append({"op": "add", "path": "/spec/active", "value": True})
     return ops
 
@@ -120,7 +122,7 @@ async def release_workload(kube: Kube, workload: Mapping[str, Any], instance: in
                 f"Workload {ns}/{name} is held as instance {held}, not {instance}; "
                 "the hold stays")
         try:
-            await kube.patch(WORKLOAD, name, release_patch(current, instance, kueue=True), ns,
+            await kube.patch(WORKLOAD, name, release_patch(current, instance, reactivate=True), ns,
                              kind="json")
             return True
         except errors.KubeWebhookDenied:
@@ -181,7 +183,7 @@ async def release_trainjob(kube: Kube, namespace: str, name: str, instance: int 
                                  annotations=drop)
     for _ in range(_RETRIES):
         try:
-            await kube.patch(TRAINJOB, name, release_patch(trainjob, held, kueue=False),
+            await kube.patch(TRAINJOB, name, release_patch(trainjob, held, reactivate=False),
                              namespace, kind="json")
             return True
         except errors.KubeWebhookDenied:

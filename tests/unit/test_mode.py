@@ -65,18 +65,22 @@ def test_only_the_kueue_mode_reads_the_kueue_settings() -> None:
 
 
 class WatchingKube(FakeKube):
-    """FakeKube with watches: each kind's watch lists once, then stays quiet, except the
-    kinds in ``broken``, whose watch fails."""
+    """FakeKube with lists and watches (selectors ignored): each kind's watch lists once,
+    then stays quiet, except the kinds in ``broken``, whose watch fails."""
 
-    def __init__(self, broken: dict[Resource, errors.KubeError]) -> None:
+    def __init__(self, broken: dict[Resource, errors.KubeError] | None = None) -> None:
         super().__init__()
-        self.broken = broken
+        self.broken = broken or {}
+
+    async def list(self, res: Resource, namespace: str | None = None,
+                   **_: Any) -> tuple[list[dict[str, Any]], str]:
+        return self.all(res), str(self.rv)
 
     async def observe(self, res: Resource, namespace: str | None = None,
                       **_: Any) -> AsyncIterator[WatchEvent]:
         if res in self.broken:
             raise self.broken[res]
-        yield WatchEvent("SYNC", {}, ())
+        yield WatchEvent("SYNC", {}, tuple(self.all(res)))
         await asyncio.Event().wait()
 
 
@@ -109,20 +113,18 @@ async def test_a_probe_whose_watch_died_proves_nothing() -> None:
 # --- inspect only reads -----------------------------------------------------------------------
 
 
-class ListingKube(FakeKube):
-    async def list(self, res: Resource, namespace: str | None = None,
-                   **_: Any) -> tuple[list[dict[str, Any]], str]:
-        return self.all(res), str(self.rv)
+async def held_trainjob(kube: FakeKube, until: datetime) -> tuple[dict[str, Any], ObjectRef]:
+    """A plain-mode TrainJob opened once (A = 1), then held until ``until``; no pod left."""
+    tj = await kube.create(TRAINJOB, {"metadata": {"name": "tj", "annotations": {
+        names.HOLD_INSTANCE: "1", names.HOLD_UNTIL: format_time(until),
+        names.ADMISSION_COUNT: "1"}}, "spec": {"suspend": True}}, NS)
+    return tj, ObjectRef(NS, "tj", "TrainJob", TRAINJOB.api_version, tj["metadata"]["uid"])
 
 
 @pytest.mark.asyncio
 async def test_inspect_never_releases_an_expired_plain_hold() -> None:
-    kube = ListingKube()
-    past = format_time(datetime.now(UTC) - timedelta(minutes=1))
-    tj = await kube.create(TRAINJOB, {"metadata": {"name": "tj", "annotations": {
-        names.HOLD_INSTANCE: "1", names.HOLD_UNTIL: past, names.ADMISSION_COUNT: "1"}},
-        "spec": {"suspend": True}}, NS)
-    ref = ObjectRef(NS, "tj", "TrainJob", TRAINJOB.api_version, tj["metadata"]["uid"])
+    kube = WatchingKube()
+    tj, ref = await held_trainjob(kube, datetime.now(UTC) - timedelta(minutes=1))
     mode = select_mode(PLAIN)
     requests = kube.requests
     obs = await observe.inspect(cast(Kube, kube), mode, ref)
@@ -130,7 +132,22 @@ async def test_inspect_never_releases_an_expired_plain_hold() -> None:
     assert obs.hold_instance == 1
     assert kube.all(TRAINJOB)[0]["metadata"]["resourceVersion"] == tj["metadata"][
         "resourceVersion"]
-    assert kube.requests - requests == 1  # the get (the pod list is not counted here)
+    assert kube.requests - requests == 1  # the get (the fake does not count lists)
     # Plain mode says the hold is its to release, and since when.
     assert mode.hold_expiry(kube.all(TRAINJOB)[0], []) is not None
     assert select_mode(KUEUE).hold_expiry(kube.all(TRAINJOB)[0], []) is None
+
+
+@pytest.mark.asyncio
+async def test_a_plain_wait_releases_the_hold_when_it_expires() -> None:
+    """No event marks a hold's expiry: the wait wakes at hold-until by itself, releases the
+    hold (raising A, unsuspending) and sees the job run again."""
+    kube = WatchingKube()
+    _, ref = await held_trainjob(kube, datetime.now(UTC) + timedelta(seconds=0.3))
+    async with asyncio.timeout(5):
+        obs = await observe.wait(cast(Kube, kube), select_mode(PLAIN), ref,
+                                 frozenset({ObjectState.RUNNING}))
+    assert obs.state is ObjectState.RUNNING
+    assert obs.admissions == 2
+    ann = kube.all(TRAINJOB)[0]["metadata"]["annotations"]
+    assert names.HOLD_INSTANCE not in ann

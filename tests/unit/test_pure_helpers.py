@@ -51,14 +51,14 @@ def test_hold_annotations_and_release_patch() -> None:
                    names.HOLD_WHO: "human:tutorial", names.HOLD_UNTIL: "2026-05-01T13:00:00Z",
                    names.HOLD_REASON: "why"}
     wl = {"metadata": {"annotations": {**ann, "other": "x"}}}
-    ops = release_patch(wl, 3, kueue=True)
+    ops = release_patch(wl, 3, reactivate=True)
     assert ops[0] == {"op": "test",
                       "path": "/metadata/annotations/dispatch.phpboyscout.uk~1hold-instance",
                       "value": "3"}
     assert {o["path"].rsplit("~1", 1)[-1] for o in ops[1:-1]} == {
         "hold-instance", "hold-since", "hold-who", "hold-until", "hold-reason"}
     assert ops[-1] == {"op": "add", "path": "/spec/active", "value": True}
-    assert release_patch(wl, 3, kueue=False)[-1]["op"] == "remove"
+    assert release_patch(wl, 3, reactivate=False)[-1]["op"] == "remove"
 
 
 def test_plain_admission_patch_raises_a_once() -> None:
