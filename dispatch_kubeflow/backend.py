@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 NAME = "kubeflow"
 """The name this backend registers under."""
 
+
 def select_mode(settings: Settings) -> Mode:
     """The mode the settings choose: Kueue mode when they have a ``kueue`` section, plain
     mode otherwise. Chosen once, when the backend opens (see :mod:`dispatch_kubeflow.mode`)."""
