@@ -166,10 +166,6 @@ class Settings(_Section):
                              "at most 63, starting and ending alphanumeric)")
         return v
 
-    @property
-    def mode(self) -> str:
-        return "kueue" if self.kueue is not None else "plain"
-
     @classmethod
     def parse(cls, raw: bytes | str | Mapping[str, Any] | Settings) -> Settings:
         """Validate a settings section (JSON text or an already decoded mapping)."""
