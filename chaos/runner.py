@@ -391,8 +391,11 @@ async def wait_healthy(kube: Kube, limit: float) -> str:
 def tool(script: str, *args: str, timeout: float = 120) -> str:
     # DISPATCH_KEEP_ON_FAILURE=1: a failing node.sh step (a kubelet whose healthz does not
     # answer within 30 s) otherwise runs down.sh and takes the whole cluster with it.
+    # start_new_session: a Ctrl-C meant for the runner must not reach the tool. Cut between
+    # its kill of a kubelet and the kubelet's start again, node.sh left the node without
+    # one; in its own session it runs to its end while the runner cleans up.
     done = subprocess.run([str(LOCAL_TOOLS / script), *args], capture_output=True, text=True,
-                          timeout=timeout, check=False,
+                          timeout=timeout, check=False, start_new_session=True,
                           env={**os.environ, "DISPATCH_KEEP_ON_FAILURE": "1"})
     if done.returncode != 0:
         raise RuntimeError(f"{script} {' '.join(args)}: rc={done.returncode}: "
