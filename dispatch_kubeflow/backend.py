@@ -109,7 +109,8 @@ class Backend:
             kube = await Kube.connect(
                 kubeconfig=cfg.cluster.kubeconfig, context=cfg.cluster.context,
                 in_cluster=cfg.cluster.in_cluster,
-                request_timeout=cfg.timeouts.request.total_seconds())
+                request_timeout=cfg.timeouts.request.total_seconds(),
+                transient_window=cfg.timeouts.transient.total_seconds())
         try:
             caps = await run_preflight(kube, cfg, mode) if preflight else not_checked()
         except BaseException:

@@ -36,6 +36,7 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import rest as k8s_rest
 
 from dispatch_kubeflow.core import errors
+from dispatch_kubeflow.kube import retry
 from dispatch_kubeflow.kube.resources import SELF_SUBJECT_ACCESS_REVIEW, Resource
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,9 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 0.2, 5.0
 _QUICK_END = 1.0
 """A watch that ends within this many seconds with no event is backed off from."""
 
+TRANSIENT_WINDOW = 30.0
+"""How long a request without a caller's deadline rides out a refused connection, a 429 or
+a 503 (an API server restarting takes 10-45 s on the local cluster)."""
 WATCH_GRACE = 30.0
 """How long past a watch's ``timeoutSeconds`` the server may stay silent before the watch
 counts as stalled (and is opened again from a fresh list)."""
@@ -99,11 +103,14 @@ class Kube:
     """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
 
     def __init__(self, api: k8s_client.ApiClient, *, request_timeout: float = 10.0,
-                 watch_grace: float = WATCH_GRACE) -> None:
+                 watch_grace: float = WATCH_GRACE,
+                 transient_window: float = TRANSIENT_WINDOW) -> None:
         self._api = api
         self._streams: Any = None  # the RESTClientObject of streams, made on first use
         self.request_timeout = request_timeout
         self.watch_grace = watch_grace
+        self.transient_window = transient_window
+        """Seconds a request outside any deadline rides out transient failures (:mod:`.retry`)."""
         self.requests = 0
         """How many requests were sent (benchmarks read it)."""
 
@@ -116,6 +123,7 @@ class Kube:
         context: str | None = None,
         in_cluster: bool = False,
         request_timeout: float = 10.0,
+        transient_window: float = TRANSIENT_WINDOW,
     ) -> Kube:
         """Open from a kubeconfig file (and context) or the pod's service account.
 
@@ -142,7 +150,8 @@ class Kube:
                 raise errors.SettingsError(
                     f"cluster.kubeconfig: cannot load {where}{how}: {exc}",
                     field="cluster.kubeconfig") from exc
-        return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
+        return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout,
+                   transient_window=transient_window)
 
     async def close(self) -> None:
         try:
@@ -170,6 +179,35 @@ class Kube:
 
     # --- the one request path -----------------------------------------------------------
     async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | aiohttp.ClientTimeout | None = None,
+        stream: bool = False,
+    ) -> Any:
+        """One request, retrying transient failures (:mod:`.retry`). Streams are not
+        retried here: their callers (``observe``) list again themselves."""
+        if stream:
+            return await self._send_once(method, path, query=query, body=body,
+                                         content_type=content_type, timeout=timeout,
+                                         stream=True)
+        tries = retry.Backoff(self.transient_window)
+        while True:
+            try:
+                return await self._send_once(method, path, query=query, body=body,
+                                             content_type=content_type, timeout=timeout)
+            except errors.KubeError as exc:
+                wait = tries.next(exc) if retry.transient(exc, method) else None
+                if wait is None:
+                    raise
+                log.info("%s %s: %s; try %d in %.1fs", method, path, exc, tries.tries, wait)
+                await asyncio.sleep(wait)
+
+    async def _send_once(
         self,
         method: str,
         path: str,

@@ -139,8 +139,11 @@ def free_port() -> int:
 
 async def connect(port: int, **kw: Any) -> Kube:
     cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{port}")
+    # transient_window=0: these tests see each failure as the transport meets it; riding
+    # failures out is test_transient_retry.py's.
     return Kube(k8s_client.ApiClient(configuration=cfg), request_timeout=2.0,
-                watch_grace=kw.pop("watch_grace", 0.3), **kw)
+                watch_grace=kw.pop("watch_grace", 0.3),
+                transient_window=kw.pop("transient_window", 0), **kw)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
