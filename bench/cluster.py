@@ -87,7 +87,7 @@ async def pod_start_times(kubeconfig: str, count: int) -> list[float]:
         ns = "bench"
         await kube.create(r.NAMESPACE, {"metadata": {"name": ns}})
         # Pods need the namespace's default ServiceAccount, which a controller adds.
-        sa = r.Resource("", "v1", "serviceaccounts", "ServiceAccount")
+        sa = r.SERVICE_ACCOUNT
         async for ev in kube.watch(sa, ns, field_selector="metadata.name=default"):
             if ev.type == "ADDED":
                 break

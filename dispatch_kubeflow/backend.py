@@ -16,9 +16,8 @@ observe-only from the start.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -203,8 +202,7 @@ class Backend:
         ref = self._ref(ref)
         hold.validate_hold(meta)
         async with within(meta.deadline, f"Hold {meta.instance} of {ref.id}"):
-            with _naming(ref):
-                await self._mode.hold(self._kube, ref, meta)
+            await self._mode.hold(self._kube, ref, meta)
 
     async def release(self, ref: ObjectRef | str, meta: HoldMeta) -> ReleaseOutcome:
         """Release hold ``meta.instance``; another instance's hold is a HoldError and stays.
@@ -217,8 +215,7 @@ class Backend:
         hold.validate_hold(meta)
         self._refuse_if_observe_only("Release")
         async with within(meta.deadline, f"Release {meta.instance} of {ref.id}"):
-            with _naming(ref):
-                done = await self._mode.release(self._kube, ref, meta.instance)
+            done = await self._mode.release(self._kube, ref, meta.instance)
         return ReleaseOutcome.RELEASED if done else ReleaseOutcome.NOT_HELD
 
     # --- listing and events ---------------------------------------------------------------
@@ -280,17 +277,6 @@ class Backend:
             raise errors.SpecError(f"ref: {ref.id} is not in this backend's namespace "
                                    f"{self.settings.namespace}", field="ref")
         return ref
-
-
-@contextlib.contextmanager
-def _naming(ref: ObjectRef) -> Iterator[None]:
-    """A HoldError about the Workload also names the TrainJob the caller passed."""
-    try:
-        yield
-    except errors.HoldError as exc:
-        if f"TrainJob {ref.id}" in str(exc):
-            raise
-        raise errors.HoldError(f"TrainJob {ref.id}: {exc}") from None
 
 
 def not_checked() -> dict[Capability, CapabilityStatus]:

@@ -9,7 +9,8 @@ settings' ``kueue`` section.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -89,11 +90,14 @@ class KueueMode:
 
     # --- hold and release -----------------------------------------------------------------
     async def hold(self, kube: Kube, ref: ObjectRef, meta: HoldMeta) -> None:
-        await hold.hold_workload(kube, await self._require_workload(kube, ref), meta)
+        workload = await self._require_workload(kube, ref)
+        with _naming(ref):
+            await hold.hold_workload(kube, workload, meta)
 
     async def release(self, kube: Kube, ref: ObjectRef, instance: int) -> bool:
-        return await hold.release_workload(kube, await self._require_workload(kube, ref),
-                                           instance)
+        workload = await self._require_workload(kube, ref)
+        with _naming(ref):
+            return await hold.release_workload(kube, workload, instance)
 
     async def _require_workload(self, kube: Kube, ref: ObjectRef) -> Obj:
         trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
@@ -129,3 +133,12 @@ class KueueMode:
     def judge_a_writes(self, probe: str, who: str, a_write: errors.KubeError | None,
                        control: errors.KubeError | None) -> CapabilityStatus:
         return preflight.judge_kueue_a_writes(probe, who, a_write, control)
+
+
+@contextlib.contextmanager
+def _naming(ref: ObjectRef) -> Iterator[None]:
+    """A HoldError about the Workload also names the TrainJob the caller passed."""
+    try:
+        yield
+    except errors.HoldError as exc:
+        raise errors.HoldError(f"TrainJob {ref.id}: {exc}") from None

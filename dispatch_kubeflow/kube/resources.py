@@ -43,6 +43,7 @@ CLUSTER_TRAINING_RUNTIME = Resource(names.TRAINER_GROUP, names.TRAINER_VERSION,
 JOBSET = Resource(names.JOBSET_GROUP, names.JOBSET_VERSION, "jobsets", "JobSet")
 JOB = Resource("batch", "v1", "jobs", "Job")
 POD = Resource("", "v1", "pods", "Pod")
+SERVICE_ACCOUNT = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 NAMESPACE = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 NODE = Resource("", "v1", "nodes", "Node", namespaced=False)
 EVENT = Resource("events.k8s.io", "v1", "events", "Event")

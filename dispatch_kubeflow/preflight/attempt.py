@@ -12,8 +12,8 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import identity, names
-from dispatch_kubeflow.kube import Kube, Resource
-from dispatch_kubeflow.kube.resources import POD
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.resources import POD, SERVICE_ACCOUNT
 from dispatch_kubeflow.model import CapabilityStatus, JobID
 from dispatch_kubeflow.preflight.a_writes import check_a_writes
 from dispatch_kubeflow.preflight.mode import PreflightMode
@@ -57,8 +57,7 @@ def check_injected(pod: Mapping[str, Any], job: JobID) -> str | None:
     return None
 
 
-_SERVICE_ACCOUNT = Resource("", "v1", "serviceaccounts", "ServiceAccount")
-_SERVICE_ACCOUNT_WAIT = 15.0
+SERVICE_ACCOUNT_WAIT = 15.0
 """How long the probe waits for a new namespace's ``default`` ServiceAccount."""
 
 
@@ -67,8 +66,8 @@ async def _default_service_account(kube: Kube, namespace: str) -> bool:
     API server refuses every pod, dry-run ones too, until the controller-manager has made it,
     which in a namespace made a moment ago it may not have yet."""
     try:
-        async with asyncio.timeout(_SERVICE_ACCOUNT_WAIT):
-            await wait_for(kube, _SERVICE_ACCOUNT, namespace,
+        async with asyncio.timeout(SERVICE_ACCOUNT_WAIT):
+            await wait_for(kube, SERVICE_ACCOUNT, namespace,
                            lambda objs: True if "default" in objs else None,
                            field_selector="metadata.name=default")
     except TimeoutError:
@@ -84,7 +83,7 @@ async def attempt_injection(kube: Kube, settings: Settings, mode: PreflightMode,
     who should may raise A (:mod:`.a_writes`)."""
     if not await _default_service_account(kube, settings.namespace):
         return no(f"namespace {settings.namespace} has no ServiceAccount 'default' after "
-                   f"{_SERVICE_ACCOUNT_WAIT:g}s, so no pod can be made there (is the "
+                   f"{SERVICE_ACCOUNT_WAIT:g}s, so no pod can be made there (is the "
                    "controller-manager's serviceaccount controller running?)")
     try:
         pod = await kube.create(POD, dry_run_pod(settings, job, probe_name), settings.namespace,

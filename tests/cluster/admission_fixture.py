@@ -340,7 +340,7 @@ MANIFESTS = REPO / "deploy/admission"
 FIXTURE_MANAGER = "dispatch-admission-fixture"
 _RBAC, _REG = "rbac.authorization.k8s.io", "admissionregistration.k8s.io"
 KINDS: dict[str, r.Resource] = {
-    "ServiceAccount": r.Resource("", "v1", "serviceaccounts", "ServiceAccount"),
+    "ServiceAccount": r.SERVICE_ACCOUNT,
     "ConfigMap": r.Resource("", "v1", "configmaps", "ConfigMap"),
     "Role": r.Resource(_RBAC, "v1", "roles", "Role"),
     "RoleBinding": r.Resource(_RBAC, "v1", "rolebindings", "RoleBinding"),

@@ -290,7 +290,6 @@ async def test_dead_controller_is_observe_only(
 
 # --- RBAC: a service account that may do only part of what the library needs ---------------
 
-SERVICE_ACCOUNT = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 ROLE = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDING = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 CLUSTER_ROLE = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole",
@@ -329,7 +328,7 @@ async def test_missing_rbac_is_named(kubeconfig: str, kube: Kube, queued: str,
     """A service account granted part of what the library needs: preflight names the rest."""
     ns, sa = queued, "partial"
     cluster_name = f"dispatch-test-{ns}"
-    await kube.create(SERVICE_ACCOUNT, {"metadata": {"name": sa}}, ns)
+    await kube.create(r.SERVICE_ACCOUNT, {"metadata": {"name": sa}}, ns)
     await kube.create(ROLE, {"metadata": {"name": sa}, "rules": PARTIAL_ROLE}, ns)
     await kube.create(ROLE_BINDING, {
         "metadata": {"name": sa},
@@ -344,7 +343,7 @@ async def test_missing_rbac_is_named(kubeconfig: str, kube: Kube, queued: str,
                         "name": cluster_name},
             "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]})
         issued = await kube.create(
-            SERVICE_ACCOUNT, {"apiVersion": "authentication.k8s.io/v1",
+            r.SERVICE_ACCOUNT, {"apiVersion": "authentication.k8s.io/v1",
                               "kind": "TokenRequest", "spec": {"expirationSeconds": 600}},
             ns, name=sa, subresource="token")
         path = token_kubeconfig(kubeconfig, issued["status"]["token"], tmp_path / "sa.yaml")

@@ -56,7 +56,7 @@ MANIFESTS = REPO / "deploy/admission"
 FIELD_MANAGER = "dispatch-manifest-test"
 RBAC = "rbac.authorization.k8s.io"
 RESOURCES: dict[str, Resource] = {
-    "ServiceAccount": Resource("", "v1", "serviceaccounts", "ServiceAccount"),
+    "ServiceAccount": r.SERVICE_ACCOUNT,
     "Role": Resource(RBAC, "v1", "roles", "Role"),
     "RoleBinding": Resource(RBAC, "v1", "rolebindings", "RoleBinding"),
     "ClusterRole": Resource(RBAC, "v1", "clusterroles", "ClusterRole", namespaced=False),
