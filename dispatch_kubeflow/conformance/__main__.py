@@ -14,7 +14,8 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from dispatch_kubeflow.conformance import CHECKS, FLAVOR, IMAGE, RUNTIME, Options, Summary, run
+from dispatch_kubeflow.conformance import CHECKS, Options, Summary, run
+from dispatch_kubeflow.conformance.options import FLAVOR, IMAGE, RUNTIME
 from dispatch_kubeflow.core import names
 
 

@@ -1,4 +1,5 @@
-"""The conformance suite's pure parts: identities, the release watch's verdict, the summary."""
+"""The conformance suite's pure parts: the registry, identities, the release watch's verdict,
+the summary."""
 
 from __future__ import annotations
 
@@ -6,16 +7,11 @@ from typing import Any
 
 import pytest
 
-from dispatch_kubeflow.conformance import (
-    CHECKS,
-    CheckFailed,
-    CheckResult,
-    Identity,
-    Summary,
-    _Mark,
-    _ReleaseWatch,
-)
+from dispatch_kubeflow.conformance import CHECKS, CheckResult, Summary
 from dispatch_kubeflow.conformance.__main__ import parser
+from dispatch_kubeflow.conformance.checks.overlap import Mark, ReleaseWatch
+from dispatch_kubeflow.conformance.identity import Identity
+from dispatch_kubeflow.conformance.registry import CheckFailed
 from dispatch_kubeflow.model import JobID
 
 JOB = JobID("01J0000000000000000000000A")
@@ -43,13 +39,13 @@ def test_identity_from_a_log() -> None:
 
 
 def test_marks_order_by_resource_version_else_arrival() -> None:
-    assert _Mark("20", 1).after(_Mark("10", 2))
-    assert not _Mark("10", 9).after(_Mark("20", 1))
-    assert _Mark("", 3).after(_Mark("20", 2))
+    assert Mark("20", 1).after(Mark("10", 2))
+    assert not Mark("10", 9).after(Mark("20", 1))
+    assert Mark("", 3).after(Mark("20", 2))
 
 
-def released_watch() -> _ReleaseWatch:
-    w = _ReleaseWatch("dispatch-admission")
+def released_watch() -> ReleaseWatch:
+    w = ReleaseWatch("dispatch-admission")
     w.on_pods("SYNC", {}, (pod("a", "5"), pod("b", "6")))
     w.on_workload("SYNC", {}, (workload("7", "Pending", False),))
     w.released = True
@@ -63,7 +59,7 @@ def test_approval_after_the_last_old_pod_is_no_overlap() -> None:
     w.on_pods("DELETED", pod("a", "9"), ())
     w.on_pods("DELETED", pod("b", "10"), ())
     w.on_workload("MODIFIED", workload("11", "Ready", True), ())
-    assert w.approval == _Mark("11", w.approval.seq if w.approval else 0)
+    assert w.approval == Mark("11", w.approval.seq if w.approval else 0)
     assert w.old_left == []
     assert w.overlap() == []
     assert w.messages == ["waiting for 2 pods of the previous execution to go"]
