@@ -109,10 +109,14 @@ async def quiet(suite: Suite, seconds: float, want: ObjectState) -> None:
                 return f"Workload {meta(view.workload).get('name')} got {kind}"
         return None
 
+    seen: list[JobView] = []
     try:
         async with within(deadline_after(seconds), f"watching {ref.id} stay {want}"):
-            problem = await watch_job(suite.kube, ref, broken, [])
+            problem = await watch_job(suite.kube, ref, broken, seen)
     except errors.DeadlineExceeded:
+        if not seen:  # nothing was watched: no evidence of quiet
+            raise CheckFailed(f"the watches of {ref.id} never listed within {seconds:g}s "
+                              f"(to see it stay {want})") from None
         return  # the whole time passed with nothing forbidden seen
     raise CheckFailed(problem)
 
