@@ -190,19 +190,19 @@ def suite_of(kube: FakeKube) -> Suite:
 async def test_a_wait_that_runs_out_says_what_it_saw_last() -> None:
     suite = suite_of(FakeKube())
     with pytest.raises(CheckFailed) as err:
-        await until(suite, "the job running", 0.2, in_state(ObjectState.RUNNING))
-    assert str(err.value) == ("never saw the job running within 0.2s; last seen: gone "
+        await until(suite, "the job running", 0.1, in_state(ObjectState.RUNNING))
+    assert str(err.value) == ("never saw the job running within 0.1s; last seen: gone "
                               "(TrainJob not found), 0 pods")
 
 
 @pytest.mark.asyncio
 async def test_quiet_passes_only_on_what_it_watched() -> None:
-    await quiet(suite_of(FakeKube()), 0.2, ObjectState.GONE)
+    await quiet(suite_of(FakeKube()), 0.1, ObjectState.GONE)
     with pytest.raises(CheckFailed, match=r"^pod p0 was created$"):
         await quiet(suite_of(FakeKube(pods=[{"metadata": {"name": "p0", "uid": "p"}}])),
-                    0.2, ObjectState.GONE)
-    with pytest.raises(CheckFailed, match=r"never listed within 0\.2s"):
-        await quiet(suite_of(FakeKube(silent=True)), 0.2, ObjectState.GONE)
+                    0.1, ObjectState.GONE)
+    with pytest.raises(CheckFailed, match=r"never listed within 0\.1s"):
+        await quiet(suite_of(FakeKube(silent=True)), 0.1, ObjectState.GONE)
 
 
 @pytest.mark.asyncio
