@@ -15,7 +15,7 @@ import pytest
 from dispatch_kubeflow import conformance, errors
 from dispatch_kubeflow.backend import Backend
 from dispatch_kubeflow.conformance import CHECKS, CheckResult, Options, Summary
-from dispatch_kubeflow.conformance.__main__ import parser
+from dispatch_kubeflow.conformance.__main__ import main, parser
 from dispatch_kubeflow.conformance.checks import all_checks
 from dispatch_kubeflow.conformance.checks.overlap import Mark, ReleaseWatch, _until_set
 from dispatch_kubeflow.conformance.identity import Identity
@@ -118,6 +118,14 @@ def test_summary_line() -> None:
 def test_command_line() -> None:
     args = parser().parse_args(["--kubeconfig", "/k", "--namespace", "ns", "--keep-going"])
     assert (args.kubeconfig, args.namespace, args.keep_going) == ("/k", "ns", True)
+
+
+def test_a_cluster_it_cannot_connect_to_fails_every_check(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--kubeconfig", str(tmp_path / "missing")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("FAIL setup: SettingsError: cluster.kubeconfig: no such file")
+    assert out[1:] == [f"0 passed, {len(CHECKS)} failed"]
 
 
 # --- the registry: one list of checks, and the documents that list them ------------------------
