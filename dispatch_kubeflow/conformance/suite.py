@@ -1,4 +1,4 @@
-"""What the checks share: one run's connection, backend and job, and what a check fails with."""
+"""What the checks share: one run's connection, backend and job, and the job's spec."""
 
 from __future__ import annotations
 

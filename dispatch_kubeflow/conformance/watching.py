@@ -1,8 +1,8 @@
 """Waiting by watches, as the library waits: nothing is read again on a timer.
 
-Every wait lists once and then follows the server's events (:func:`~dispatch_kubeflow.waits.
-wait_for_all`), bounded by a deadline (:func:`~dispatch_kubeflow.waits.within`). Past it, the
-check fails naming what it waited for, how long, and what it saw last.
+Every wait lists once and then follows the server's events (``waits.wait_for_all``, or a
+watch from the resourceVersion of a list), bounded by a deadline (``waits.within``). Past
+it, the check fails naming what it waited for, how long, and what it saw last.
 """
 
 from __future__ import annotations
