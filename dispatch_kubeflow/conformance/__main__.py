@@ -14,7 +14,9 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from dispatch_kubeflow.conformance import CHECKS, FLAVOR, IMAGE, RUNTIME, Options, Summary, run
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.conformance import CHECKS, Options, Summary, run
+from dispatch_kubeflow.conformance.options import FLAVOR, IMAGE, RUNTIME
 from dispatch_kubeflow.core import names
 
 
@@ -87,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       admission_check=args.admission_check)
     try:
         summary = asyncio.run(_main(options))
-    except Exception as exc:  # cannot even connect: say so in the suite's terms
+    except errors.DispatchError as exc:  # cannot even connect: say so in the suite's terms
         _say(f"FAIL setup: {type(exc).__name__}: {exc}")
         _say(f"0 passed, {len(CHECKS)} failed")
         return 1

@@ -1,24 +1,34 @@
-"""The conformance suite's pure parts: identities, the release watch's verdict, the summary."""
+"""The conformance suite's pure parts: the registry, identities, the release watch's verdict,
+the summary."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import inspect
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
-from dispatch_kubeflow.conformance import (
-    CHECKS,
-    CheckFailed,
-    CheckResult,
-    Identity,
-    Summary,
-    _Mark,
-    _ReleaseWatch,
-)
-from dispatch_kubeflow.conformance.__main__ import parser
-from dispatch_kubeflow.model import JobID
+from dispatch_kubeflow import conformance, errors
+from dispatch_kubeflow.backend import Backend
+from dispatch_kubeflow.conformance import CHECKS, CheckResult, Options, Summary
+from dispatch_kubeflow.conformance.__main__ import main, parser
+from dispatch_kubeflow.conformance.checks import all_checks
+from dispatch_kubeflow.conformance.checks.overlap import Mark, ReleaseWatch, _until_set
+from dispatch_kubeflow.conformance.identity import Identity
+from dispatch_kubeflow.conformance.registry import CheckFailed, check
+from dispatch_kubeflow.conformance.suite import Suite
+from dispatch_kubeflow.conformance.watching import in_state, quiet, until
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import resources as r
+from dispatch_kubeflow.kube.transport import WatchEvent
+from dispatch_kubeflow.model import JobID, ObjectRef, ObjectState
 
 JOB = JobID("01J0000000000000000000000A")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def pod(uid: str, rv: str) -> dict[str, Any]:
@@ -43,13 +53,13 @@ def test_identity_from_a_log() -> None:
 
 
 def test_marks_order_by_resource_version_else_arrival() -> None:
-    assert _Mark("20", 1).after(_Mark("10", 2))
-    assert not _Mark("10", 9).after(_Mark("20", 1))
-    assert _Mark("", 3).after(_Mark("20", 2))
+    assert Mark("20", 1).after(Mark("10", 2))
+    assert not Mark("10", 9).after(Mark("20", 1))
+    assert Mark("", 3).after(Mark("20", 2))
 
 
-def released_watch() -> _ReleaseWatch:
-    w = _ReleaseWatch("dispatch-admission")
+def released_watch() -> ReleaseWatch:
+    w = ReleaseWatch("dispatch-admission")
     w.on_pods("SYNC", {}, (pod("a", "5"), pod("b", "6")))
     w.on_workload("SYNC", {}, (workload("7", "Pending", False),))
     w.released = True
@@ -63,7 +73,7 @@ def test_approval_after_the_last_old_pod_is_no_overlap() -> None:
     w.on_pods("DELETED", pod("a", "9"), ())
     w.on_pods("DELETED", pod("b", "10"), ())
     w.on_workload("MODIFIED", workload("11", "Ready", True), ())
-    assert w.approval == _Mark("11", w.approval.seq if w.approval else 0)
+    assert w.approval == Mark("11", w.approval.seq if w.approval else 0)
     assert w.old_left == []
     assert w.overlap() == []
     assert w.messages == ["waiting for 2 pods of the previous execution to go"]
@@ -108,3 +118,107 @@ def test_summary_line() -> None:
 def test_command_line() -> None:
     args = parser().parse_args(["--kubeconfig", "/k", "--namespace", "ns", "--keep-going"])
     assert (args.kubeconfig, args.namespace, args.keep_going) == ("/k", "ns", True)
+
+
+def test_a_cluster_it_cannot_connect_to_fails_every_check(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--kubeconfig", str(tmp_path / "missing")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("FAIL setup: SettingsError: cluster.kubeconfig: no such file")
+    assert out[1:] == [f"0 passed, {len(CHECKS)} failed"]
+
+
+# --- the registry: one list of checks, and the documents that list them ------------------------
+
+
+def documented_checks() -> list[tuple[str, str]]:
+    """The table of docs/conformance.md's "What it checks": (check, guarantee) per row."""
+    text = (REPO / "docs" / "conformance.md").read_text()
+    section = text.split("\n## What it checks\n", 1)[1].split("\n## ", 1)[0]
+    return [(m[1], m[2].strip()) for m in re.finditer(r"^\| `([a-z-]+)` \| ([^|]+) \|",
+                                                     section, re.MULTILINE)]
+
+
+def test_the_registry_is_the_documented_list_in_order() -> None:
+    registered = [(c.name, c.guarantee) for c in all_checks()]
+    assert registered == documented_checks()
+    assert list(CHECKS) == registered
+    # The package docstring's numbered list too: the order a reader of the API page sees.
+    numbered = re.findall(r"^\d+\. ``([a-z-]+)``", conformance.__doc__ or "", re.MULTILINE)
+    assert numbered == [name for name, _ in registered]
+    # and the command's help.
+    epilog = parser().epilog or ""
+    assert [line.split()[0] for line in epilog.splitlines()[1:]] == numbered
+
+
+def test_every_check_is_registered_where_it_is_defined() -> None:
+    """Each check's code lives in a module of conformance.checks, not in a list elsewhere."""
+    for c in all_checks():
+        assert c.run.__module__.startswith("dispatch_kubeflow.conformance.checks."), c
+        assert inspect.iscoroutinefunction(c.run), c
+
+
+def test_a_name_registered_twice_is_refused() -> None:
+    async def again(suite: Suite) -> str:
+        return ""
+
+    with pytest.raises(ValueError, match="registered twice"):
+        check("stop", "another stop")(again)
+    assert [c.name for c in all_checks()].count("stop") == 1
+
+
+# --- waits by watches: what a wait that runs out says ------------------------------------------
+
+
+class FakeKube:
+    """Just enough of Kube for the job's watches: one list per kind, then silence."""
+
+    def __init__(self, *, silent: bool = False, **lists: list[dict[str, Any]]) -> None:
+        self.silent = silent
+        self.lists = lists
+
+    async def observe(self, res: r.Resource, namespace: str | None = None,
+                      **_: Any) -> AsyncIterator[WatchEvent]:
+        if not self.silent:
+            yield WatchEvent("SYNC", {}, tuple(self.lists.get(res.plural, [])))
+        await asyncio.Event().wait()
+
+
+REF = ObjectRef("ns", "tj", uid="u1")
+
+
+def suite_of(kube: FakeKube) -> Suite:
+    suite = Suite(Options(), cast(Kube, kube), "ns")
+    suite.backend = cast(Backend, object())
+    suite.job, suite.ref = JOB, REF
+    return suite
+
+
+@pytest.mark.asyncio
+async def test_a_wait_that_runs_out_says_what_it_saw_last() -> None:
+    suite = suite_of(FakeKube())
+    with pytest.raises(CheckFailed) as err:
+        await until(suite, "the job running", 0.1, in_state(ObjectState.RUNNING))
+    assert str(err.value) == ("never saw the job running within 0.1s; last seen: gone "
+                              "(TrainJob not found), 0 pods")
+
+
+@pytest.mark.asyncio
+async def test_quiet_passes_only_on_what_it_watched() -> None:
+    await quiet(suite_of(FakeKube()), 0.1, ObjectState.GONE)
+    with pytest.raises(CheckFailed, match=r"^pod p0 was created$"):
+        await quiet(suite_of(FakeKube(pods=[{"metadata": {"name": "p0", "uid": "p"}}])),
+                    0.1, ObjectState.GONE)
+    with pytest.raises(CheckFailed, match=r"never listed within 0\.1s"):
+        await quiet(suite_of(FakeKube(silent=True)), 0.1, ObjectState.GONE)
+
+
+@pytest.mark.asyncio
+async def test_a_watch_that_dies_fails_the_wait_at_once() -> None:
+    """The no-overlap watches: a dead one is the failure, not a silent 180 s timeout."""
+    async def dies() -> None:
+        raise errors.KubeForbidden("pods is forbidden", status=403, reason="Forbidden")
+
+    watch = asyncio.create_task(dies())
+    with pytest.raises(errors.KubeForbidden):
+        await asyncio.wait_for(_until_set(asyncio.Event(), [watch]), 5)
