@@ -542,6 +542,7 @@ class JobState:
     # must stay higher than every execution before); the runner does the same.
     submission: int = 1
     stopped: bool = False
+    variant: str = ""  # the request variant the current submission was started with
 
 
 @dataclass
@@ -734,26 +735,35 @@ class Run:
                                          seconds=DEADLINES[OP_STOP], summary=stop_summary)
             st.stopped = True
         else:
-            variant = "other" if name == "start-different" else ""
             again = not st.stopped and st.ref is not None  # the same submission again
             if st.stopped:
                 st.submission += 1
                 st.stopped = False
+            # "Different" is different from the request this submission was started with
+            # (a new submission after a stop may have been started with the other variant).
+            if name == "start-different":
+                variant = ("other" if st.variant == "" else "") if again else "other"
+            else:
+                variant = st.variant if again else ""
             req = job_request(st.job, st.plan, self.runtime, variant=variant,
                               submission=st.submission)
             rec, ref2 = await self.rec.call(
                 OP_START, job, lambda: be.start(req), seconds=DEADLINES[OP_START],
-                args={"same": not variant, "submission": st.submission},
+                args={"same": name == "start-same", "submission": st.submission,
+                      "variant": variant or "plain"},
                 summary=lambda ref: ref.id)
-            if again and variant and rec.error != "ConflictError" and rec.return_us:
+            if again and name == "start-different" and rec.error != "ConflictError" \
+                    and rec.return_us:
                 self.expect.append(f"operation {rec.id}: a second Start of {job} with a "
                                    f"different request gave {rec.error or rec.result!r}, "
                                    "not ConflictError")
-            if again and not variant and rec.ok and st.ref is not None \
+            if again and name == "start-same" and rec.ok and st.ref is not None \
                     and ref2.id != st.ref.id:
                 self.expect.append(f"operation {rec.id}: a second Start of {job} with the "
                                    f"same request gave {ref2.id}, not {st.ref.id}")
             if rec.ok:
+                if not again:
+                    st.variant = variant
                 st.ref = ref2
 
     async def _settle(self, be: Backend) -> None:
@@ -766,7 +776,7 @@ class Run:
                     continue
                 try:
                     obs = await asyncio.wait_for(be.inspect(st.ref), 30)
-                except Exception:
+                except (DispatchError, TimeoutError):  # the API server away: not settled
                     busy = True
                     continue
                 if obs.state not in (ObjectState.SUCCEEDED, ObjectState.FAILED,
