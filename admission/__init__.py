@@ -25,7 +25,7 @@ Three layers:
   *what is true*; Kube's error mapping, retries and counters apply to every write.
 * **Pure decisions**: :func:`admission.readmission.decide` and
   :func:`dispatch_kubeflow.core.admission_count.plan_admission`, :mod:`admission.checks`,
-  :mod:`admission.holds`, the webhook's :func:`~admission.webhook.identity_for`, and the
+  :mod:`admission.holds`, the webhook's :func:`~admission.pod_identity.identity_for`, and the
   Lease rules of :mod:`admission.lease` are functions of the objects, unit-tested without a
   cluster.
 

@@ -30,8 +30,8 @@ from admission.holds import HoldExpiry
 from admission.intake import Caches, Feed, list_live
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, HealthServer, Metrics
+from admission.pod_identity import ClientConfig, WebhookServer, ensure_configuration
 from admission.readmission import Readmission
-from admission.webhook import ClientConfig, WebhookServer, ensure_configuration
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, LEASE, POD, WORKLOAD

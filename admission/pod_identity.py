@@ -1,4 +1,5 @@
-"""The mutating webhook that gives every container of a dispatch pod its execution identity.
+"""The identity of every dispatch pod: the mutating webhook that gives each container its
+execution identity.
 
 Served by every replica, leader or not (admission must not wait for an election). For a pod
 labelled ``dispatch.phpboyscout.uk/job-id`` it reads A from the TrainJob named by the pod's

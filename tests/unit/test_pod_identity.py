@@ -13,7 +13,7 @@ import pytest
 
 from admission import tls
 from admission.observability import Metrics
-from admission.webhook import (
+from admission.pod_identity import (
     PATH,
     ClientConfig,
     Denied,
