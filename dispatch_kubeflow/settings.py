@@ -156,6 +156,12 @@ class Settings(_Section):
     namespace: str = Field(description="the namespace jobs run in (a DNS label)")
     probe_runtime: ProbeRuntimeSettings = Field(
         description='an object: {"kind": "ClusterTrainingRuntime", "name": "<runtime>"}')
+    probe_watch: Literal["proof", "window"] = Field(
+        "proof",
+        description='how long the start-gate probe is watched: "proof" ends it as soon as '
+                    "Kueue reports its Workload AdmissionGated by dispatch's gate with no pod "
+                    '(within timeouts.preflightProbe); "window" watches the whole '
+                    "timeouts.preflightProbe, as the seed did (plain mode always does)")
     kueue: KueueSettings | None = Field(
         None, description="an object: localQueue, priorityClass, admissionCheck; "
                           "absent for plain mode")

@@ -3,16 +3,23 @@
 Every mode watches the probe's pods (none may be created); Kueue mode also watches its
 Workload (Kueue must report it ``AdmissionGated`` and admit nothing), plain mode the
 TrainJob (it must stay suspended).
+
+In Kueue mode the gate can be proven positively, at once: Kueue itself says so
+(``QuotaReserved=False``, reason ``AdmissionGated``, on a Workload whose
+``kueue.x-k8s.io/admission-gated-by`` names dispatch's gate) while no pod of the probe
+exists; with ``probeWatch: "proof"`` (the default) the probe ends there.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.core.objects import condition, meta
+from dispatch_kubeflow.core.objects import annotations_of, condition, meta
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import CapabilityStatus
@@ -27,13 +34,28 @@ class ProbeWatch:
     gated_seen: bool = False
     breach: list[str] = field(default_factory=list)
     workload_reason: str = ""
+    no_pods: bool = False
+    """The pod watch's current view: listed, and no pod of the probe."""
+    proven: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the gate is positively proven (Kueue mode): gated by dispatch's gate, in
+    Kueue's own words, while no pod exists."""
+    proven_after: float = 0.0
+    began: float = field(default_factory=time.monotonic)
+
+    def check_proof(self) -> None:
+        if self.gated_seen and self.no_pods and not self.breach and not self.proven.is_set():
+            self.proven_after = time.monotonic() - self.began
+            self.proven.set()
 
 
 async def watch_pods(kube: Kube, ns: str, name: str, seen: ProbeWatch) -> None:
     def any_pod(pods: Mapping[str, Any]) -> bool | None:
         if pods:
+            seen.no_pods = False
             seen.breach.append(f"pod {next(iter(pods))} was created")
             return True
+        seen.no_pods = True
+        seen.check_proof()
         return None
 
     await wait_for(kube, POD, ns, any_pod, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")
@@ -57,8 +79,10 @@ async def watch_workload(kube: Kube, ns: str, uid: str, seen: ProbeWatch) -> Non
                     "status") == "True":
                 seen.breach.append(f"Workload {meta(wl)['name']} got quota or was admitted")
                 return True
-            if qr.get("reason") == "AdmissionGated":
+            gates = str(annotations_of(wl).get(names.ADMISSION_GATED_BY) or "").split(",")
+            if qr.get("reason") == "AdmissionGated" and names.GATE in gates:
                 seen.gated_seen = True
+                seen.check_proof()
             elif qr:
                 seen.workload_reason = f"QuotaReserved {qr.get('reason')}: {qr.get('message')}"
             elif not seen.workload_reason:
@@ -72,6 +96,10 @@ def judge_gated(name: str, seen: ProbeWatch, seconds: float) -> CapabilityStatus
     """Kueue mode: the probe's Workload was seen AdmissionGated, and nothing got out."""
     if (out := breached(name, seen)) is not None:
         return out
+    if seen.proven.is_set() and seen.proven_after < seconds:
+        return yes(f"probe TrainJob {name} is gated: Kueue reported its Workload "
+                   f"AdmissionGated by {names.GATE}, with no pod, after "
+                   f"{seen.proven_after:.1f}s")
     if seen.gated_seen:
         return yes(f"probe TrainJob {name} stayed gated for {seconds:g}s: Kueue reported its "
                    "Workload AdmissionGated, admitted nothing, and no pod was created")

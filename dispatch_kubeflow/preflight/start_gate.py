@@ -82,14 +82,20 @@ async def probe(kube: Kube, settings: Settings, mode: PreflightMode, caps: Caps,
         seen = ProbeWatch()
         tasks = [asyncio.ensure_future(watch_pods(kube, ns, name, seen)),
                  asyncio.ensure_future(mode.watch_probe(kube, ns, created, seen))]
+        # A watch that fails ends the wait at once: it has nothing more to say. With
+        # probeWatch "proof", so does a positive proof, or a watch that saw a breach.
+        waiters: list[asyncio.Future[Any]] = list(tasks)
+        if settings.probe_watch == "proof":
+            waiters.append(asyncio.ensure_future(seen.proven.wait()))
         try:
             if try_injection:
                 caps[Capability.ATTEMPT_INJECTION] = await attempt_injection(
                     kube, settings, mode, job, name)
-            # A watch that fails ends the wait at once: it has nothing more to say.
-            await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_EXCEPTION)
+            await asyncio.wait(waiters, timeout=seconds,
+                               return_when=asyncio.FIRST_EXCEPTION
+                               if settings.probe_watch == "window" else asyncio.FIRST_COMPLETED)
         finally:
-            failure = await end_watches(tasks)
+            failure = await end_watches(waiters)
         if failure is not None:
             raise failure
         caps[Capability.START_GATE] = mode.judge_probe(name, seen, seconds)
