@@ -27,8 +27,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
@@ -36,27 +35,20 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import rest as k8s_rest
 
 from dispatch_kubeflow.core import errors
+from dispatch_kubeflow.kube.port import KubeAPI, Obj, PatchKind, WatchEvent
 from dispatch_kubeflow.kube.resources import SELF_SUBJECT_ACCESS_REVIEW, Resource
+
+# Obj, PatchKind and WatchEvent are the port's; named here too for older imports.
+__all__ = ["ByteStream", "Kube", "Obj", "PatchKind", "WatchEvent", "require_kubeconfig"]
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
-PatchKind = Literal["merge", "json", "strategic", "apply"]
 _CONTENT_TYPES: dict[str, str] = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
     "strategic": "application/strategic-merge-patch+json",
     "apply": "application/apply-patch+yaml",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """One watch event: ADDED, MODIFIED, DELETED, or SYNC (a fresh list, in ``items``)."""
-
-    type: str
-    object: Obj
-    items: tuple[Obj, ...] = ()
 
 
 _NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
@@ -444,6 +436,9 @@ class Kube:
                 sock_read=None if follow else self.request_timeout),
         )
         return ByteStream(resp)
+
+
+_IMPLEMENTS_THE_PORT: type[KubeAPI] = Kube  # mypy proves Kube is a KubeAPI
 
 
 class ByteStream:
