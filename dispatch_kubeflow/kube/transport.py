@@ -39,7 +39,8 @@ from dispatch_kubeflow.kube.port import KubeAPI, Obj, PatchKind, WatchEvent
 from dispatch_kubeflow.kube.resources import SELF_SUBJECT_ACCESS_REVIEW, Resource
 
 # Obj, PatchKind and WatchEvent are the port's; named here too for older imports.
-__all__ = ["ByteStream", "Kube", "Obj", "PatchKind", "WatchEvent", "require_kubeconfig"]
+__all__ = ["ByteStream", "Kube", "Obj", "PatchKind", "WatchEvent", "observe",
+           "require_kubeconfig"]
 
 log = logging.getLogger(__name__)
 
@@ -351,51 +352,13 @@ class Kube:
             else:
                 resp.close()  # broken, stalled or abandoned mid-stream: never reuse it
 
-    async def observe(self, res: Resource, namespace: str | None = None, *,
-                      label_selector: str | None = None,
-                      field_selector: str | None = None,
-                      timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
-        """List, then watch; yields a SYNC event with every list.
-
-        Lists again (and yields SYNC) after a 410, and, with a back-off of 0.2 s doubling
-        to 5 s, after any other failure of the list or the watch: the server unreachable or
-        restarting, a broken or stalled stream, an error status. Only 401, 403 and 404 end
-        it (raised). The stream never ends by itself otherwise: cancel the consumer.
-        """
-        backoff = _BACKOFF_FIRST
-        while True:
-            try:
-                items, rv = await self.list(res, namespace, label_selector=label_selector,
-                                            field_selector=field_selector)
-                yield WatchEvent("SYNC", {}, tuple(items))
-                while True:
-                    loop = asyncio.get_running_loop()
-                    began, seen = loop.time(), 0
-                    async for ev in self.watch(res, namespace, resource_version=rv,
-                                               label_selector=label_selector,
-                                               field_selector=field_selector,
-                                               timeout_seconds=timeout_seconds):
-                        rv = str(ev.object.get("metadata", {}).get("resourceVersion", rv))
-                        seen += 1
-                        backoff = _BACKOFF_FIRST  # the server is answering again
-                        yield ev
-                    if not seen and loop.time() - began >= _QUICK_END:
-                        backoff = _BACKOFF_FIRST  # a quiet watch that ran its course
-                    elif not seen:
-                        # Ended at once with nothing: a server shutting down, or one that
-                        # cuts watches short. Back off rather than spin.
-                        log.debug("watch of %s ended at once; again in %.1fs",
-                                  res.plural, backoff)
-                        await asyncio.sleep(backoff)
-                        backoff = min(backoff * 2, _BACKOFF_MAX)
-            except errors.KubeGone:
-                log.debug("watch of %s expired; listing again", res.plural)
-            except errors.KubeError as exc:
-                if exc.status in (401, 403, 404):
-                    raise
-                log.warning("watch of %s failed: %s; retrying in %.1fs", res.plural, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
+    def observe(self, res: Resource, namespace: str | None = None, *,
+                label_selector: str | None = None,
+                field_selector: str | None = None,
+                timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
+        """List, then watch, surviving expiry and failures: see :func:`observe`."""
+        return observe(self, res, namespace, label_selector=label_selector,
+                       field_selector=field_selector, timeout_seconds=timeout_seconds)
 
     # --- special endpoints ---------------------------------------------------------------
     async def served_versions(self, group: str) -> builtins.list[str]:
@@ -436,6 +399,55 @@ class Kube:
                 sock_read=None if follow else self.request_timeout),
         )
         return ByteStream(resp)
+
+
+async def observe(api: KubeAPI, res: Resource, namespace: str | None = None, *,
+                  label_selector: str | None = None, field_selector: str | None = None,
+                  timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
+    """List, then watch; yields a SYNC event with every list.
+
+    Lists again (and yields SYNC) after a 410, and, with a back-off of 0.2 s doubling
+    to 5 s, after any other failure of the list or the watch: the server unreachable or
+    restarting, a broken or stalled stream, an error status. Only 401, 403 and 404 end
+    it (raised). The stream never ends by itself otherwise: cancel the consumer.
+
+    Written against the port alone, so every :class:`KubeAPI` (the unit tests' fake too)
+    observes the same way.
+    """
+    backoff = _BACKOFF_FIRST
+    while True:
+        try:
+            items, rv = await api.list(res, namespace, label_selector=label_selector,
+                                       field_selector=field_selector)
+            yield WatchEvent("SYNC", {}, tuple(items))
+            while True:
+                loop = asyncio.get_running_loop()
+                began, seen = loop.time(), 0
+                async for ev in api.watch(res, namespace, resource_version=rv,
+                                          label_selector=label_selector,
+                                          field_selector=field_selector,
+                                          timeout_seconds=timeout_seconds):
+                    rv = str(ev.object.get("metadata", {}).get("resourceVersion", rv))
+                    seen += 1
+                    backoff = _BACKOFF_FIRST  # the server is answering again
+                    yield ev
+                if not seen and loop.time() - began >= _QUICK_END:
+                    backoff = _BACKOFF_FIRST  # a quiet watch that ran its course
+                elif not seen:
+                    # Ended at once with nothing: a server shutting down, or one that
+                    # cuts watches short. Back off rather than spin.
+                    log.debug("watch of %s ended at once; again in %.1fs",
+                              res.plural, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX)
+        except errors.KubeGone:
+            log.debug("watch of %s expired; listing again", res.plural)
+        except errors.KubeError as exc:
+            if exc.status in (401, 403, 404):
+                raise
+            log.warning("watch of %s failed: %s; retrying in %.1fs", res.plural, exc, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX)
 
 
 _IMPLEMENTS_THE_PORT: type[KubeAPI] = Kube  # mypy proves Kube is a KubeAPI
