@@ -275,6 +275,15 @@ class FakeKube:
         self._generation += 1
         self._notify()
 
+    def write_now(self, res: Resource, name: str, namespace: str | None, patch: Obj) -> Obj:
+        """Another writer's merge patch, in effect at once (no yield): for a ``before``
+        hook, which cannot await, to change an object at an exact point."""
+        key = self._key(res, name, namespace)
+        old = self._existing(res, name, namespace)
+        new = copy.deepcopy(old)
+        merge_patch(new, patch)
+        return self._store(key, old, new)
+
     def all(self, res: Resource) -> builtins.list[Obj]:
         return [o for (plural, _, _), o in self.objects.items() if plural == res.plural]
 
