@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dispatch_kubeflow.errors import DeadlineExceeded
-from dispatch_kubeflow.kube import transport
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
+from dispatch_kubeflow.kube.transport import Backoff
 from dispatch_kubeflow.waits import Watched, deadline_after, wait_for, wait_for_all, within
 from tests.unit.fake_kube import FakeKube
 
@@ -77,11 +77,10 @@ async def test_wait_for_sees_a_deletion(seed: int) -> None:
     assert await asyncio.wait_for(waiter, 5) is True
 
 
-async def test_a_410_forces_a_relist_that_finds_what_the_watch_missed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "_BACKOFF_FIRST", 0.001)  # after the quick end: not the point
-    # No yields inside the fake's calls: nothing else runs between end_watches and compact.
-    k = FakeKube(max_yields=0)
+async def test_a_410_forces_a_relist_that_finds_what_the_watch_missed() -> None:
+    # No yields inside the fake's calls: nothing else runs between end_watches and compact;
+    # the back-off after the watch's quick end is not the point.
+    k = FakeKube(max_yields=0, backoff=Backoff(first=0.001))
     await k.create(POD, pod("p"), "ns")
     waiter = asyncio.create_task(wait_for(k, POD, "ns", running))
     await started(k, "watch")

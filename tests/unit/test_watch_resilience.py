@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -24,9 +25,9 @@ from kubernetes_asyncio import client as k8s_client
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.errors import DeadlineExceeded
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import Kube, transport
 from dispatch_kubeflow.kube import resources as r
-from dispatch_kubeflow.kube.transport import WatchEvent
+from dispatch_kubeflow.kube.transport import Backoff, WatchEvent
 from dispatch_kubeflow.waits import Watched, deadline_after, wait_for_all, within
 
 pytestmark = pytest.mark.asyncio
@@ -137,10 +138,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def connect(port: int, **kw: Any) -> Kube:
+# The transport's timing, a quarter of its defaults (the grace far less than its 30 s), so
+# that the tests are quick; every time a test waits or expects is in the same scale.
+SCALE = 0.25
+BACKOFF = Backoff(first=transport.BACKOFF.first * SCALE, most=transport.BACKOFF.most * SCALE,
+                  quick_end=transport.BACKOFF.quick_end * SCALE)
+GRACE = 0.1
+
+
+async def connect(port: int, *, backoff: Backoff = BACKOFF) -> Kube:
     cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{port}")
     return Kube(k8s_client.ApiClient(configuration=cfg), request_timeout=2.0,
-                watch_grace=kw.pop("watch_grace", 0.3), **kw)
+                watch_grace=GRACE, backoff=backoff)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -205,7 +214,7 @@ async def test_a_broken_watch_raises_kube_error(api: FakeApi, kube: Kube,
 
 async def test_a_stalled_watch_raises_after_its_timeout_and_grace(api: FakeApi,
                                                                    kube: Kube) -> None:
-    # timeoutSeconds 0 keeps the test short: silence is allowed for 0 + grace (0.3 s).
+    # timeoutSeconds 0 keeps the test short: silence is allowed for 0 + grace.
     api.watches = [stall]
     loop = asyncio.get_running_loop()
     began = loop.time()
@@ -213,7 +222,7 @@ async def test_a_stalled_watch_raises_after_its_timeout_and_grace(api: FakeApi,
         await drain(kube.watch(r.POD, NS, resource_version="1", timeout_seconds=0), [])
     assert (info.value.status, info.value.reason) == (0, "StreamBroken")
     assert isinstance(info.value.__cause__, TimeoutError)
-    assert 0.25 <= loop.time() - began < 2
+    assert GRACE * 0.8 <= loop.time() - began < 2
 
 
 async def test_a_watch_the_server_ends_just_ends(api: FakeApi, kube: Kube) -> None:
@@ -279,7 +288,7 @@ async def test_observe_lists_again_after_a_broken_stream(api: FakeApi, kube: Kub
 
 async def test_observe_lists_again_after_a_stall(api: FakeApi, kube: Kube) -> None:
     api.watches = [stall, sends(line("ADDED", pod("p2", 3)))]
-    stream = kube.observe(r.POD, NS, timeout_seconds=0)  # silence allowed: the grace, 0.3 s
+    stream = kube.observe(r.POD, NS, timeout_seconds=0)  # silence allowed: the grace
     try:
         events = await take(stream, 3, limit=4)
     finally:
@@ -294,7 +303,7 @@ async def test_observe_outlasts_a_server_that_is_down_then_up() -> None:
     stream = k.observe(r.POD, NS, timeout_seconds=5)
     first = asyncio.ensure_future(take(stream, 1, limit=5))
     try:
-        await asyncio.sleep(0.3)  # refused meanwhile: retried with back-off
+        await asyncio.sleep(0.3 * SCALE)  # refused meanwhile: retried with back-off
         assert not first.done()
         await api.start(port)
         events = await first
@@ -309,17 +318,35 @@ async def test_observe_outlasts_a_server_that_is_down_then_up() -> None:
         await api.stop()
 
 
-async def test_watches_that_end_at_once_are_backed_off(api: FakeApi, kube: Kube) -> None:
-    api.watches = [sends(then="end") for _ in range(20)]
-    stream = kube.observe(r.POD, NS, timeout_seconds=5)
+async def test_watches_that_end_at_once_are_backed_off(api: FakeApi) -> None:
+    # Every watch ends at once with nothing; each counts as quick however slow the machine
+    # (quick_end far above any round trip), so each is backed off from, doubling.
+    n = 4
+    times: list[float] = []
+    enough = asyncio.Event()
+
+    async def ends_at_once(request: web.Request, api: FakeApi) -> web.StreamResponse:
+        times.append(asyncio.get_running_loop().time())
+        if len(times) == n:
+            enough.set()
+        return await sends(then="end")(request, api)
+
+    api.watches = [ends_at_once] * 20
+    k = await connect(api.port, backoff=Backoff(first=BACKOFF.first, most=BACKOFF.most,
+                                                quick_end=60))
+    stream = k.observe(r.POD, NS, timeout_seconds=5)
     first = asyncio.ensure_future(take(stream, 2, limit=5))
-    await asyncio.sleep(0.7)
-    first.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await first
-    await stream.aclose()  # type: ignore[attr-defined]
-    # at 0, 0.2 and 0.6 s (back-off 0.2, 0.4, ...), not as fast as the loop can spin
-    assert 2 <= api.watch_requests <= 4
+    try:
+        await asyncio.wait_for(enough.wait(), 5)
+    finally:
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        await stream.aclose()  # type: ignore[attr-defined]
+        await k.close()
+    # not as fast as the loop can spin: 0.2, 0.4, 0.8 s apart (times SCALE), at least
+    gaps = [b - a for a, b in itertools.pairwise(times[:n])]
+    assert all(g >= BACKOFF.first * 2**i * 0.95 for i, g in enumerate(gaps)), gaps
 
 
 @pytest.mark.parametrize("status", [429, 500, 503])
