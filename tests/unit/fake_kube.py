@@ -309,7 +309,9 @@ class FakeKube:
         self._wake = asyncio.Event()
 
     def _record(self, typ: str, key: Key, obj: Obj, before: Obj | None) -> None:
-        self.changes.append(_Change(self.rv, typ, key, copy.deepcopy(obj), before))
+        # No copies: a stored object is never changed in place (every write stores a new
+        # dict), so the history may share them; callers only ever get copies.
+        self.changes.append(_Change(self.rv, typ, key, obj, before))
         self._notify()
 
     def _bump(self, obj: Obj) -> None:
@@ -335,13 +337,12 @@ class FakeKube:
         if new == old:
             return copy.deepcopy(old)  # a no-op write does not change the version
         self._bump(new)
-        before = copy.deepcopy(old)
         if "deletionTimestamp" in new["metadata"] and not new["metadata"].get("finalizers"):
             del self.objects[key]
-            self._record("DELETED", key, new, before)
+            self._record("DELETED", key, new, old)
         else:
             self.objects[key] = new
-            self._record("MODIFIED", key, new, before)
+            self._record("MODIFIED", key, new, old)
         return copy.deepcopy(new)
 
     def _check_version(self, res: Resource, name: str, obj: Obj, want: Any) -> None:
@@ -488,9 +489,10 @@ class FakeKube:
             out = self._store(key, obj, new, deleting=True)
         else:
             del self.objects[key]
-            self._bump(obj)
-            self._record("DELETED", key, obj, copy.deepcopy(obj))
-            out = copy.deepcopy(obj)
+            gone = copy.deepcopy(obj)
+            self._bump(gone)
+            self._record("DELETED", key, gone, obj)
+            out = copy.deepcopy(gone)
         await self._yield()
         return out
 
