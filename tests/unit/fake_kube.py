@@ -10,7 +10,8 @@ emptied); label and field selectors on list and watch; watches from a resourceVe
 (ADDED / MODIFIED / DELETED, an object leaving a selector is DELETED), 410 Expired when
 asked for a version older than the last :meth:`FakeKube.compact`, and watches that end when
 the test calls :meth:`FakeKube.end_watches`. Merge, JSON and (as a merge where lists of
-named items merge by name) strategic and apply patches.
+named items merge by name) strategic and apply patches; apply keeps no field ownership, so
+it never conflicts with another manager.
 
 Errors are built from a Status dict by :func:`dispatch_kubeflow.core.errors.kube_error`,
 the function the real transport uses, so the classes cannot drift. ``observe`` is the real

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dispatch_kubeflow.core import errors
-from dispatch_kubeflow.kube import KubeAPI, PatchKind, WatchEvent
+from dispatch_kubeflow.kube import PatchKind, WatchEvent
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from tests.unit.fake_kube import FakeKube, label_matches
 
@@ -19,11 +19,6 @@ pytestmark = pytest.mark.asyncio
 
 def pod(name: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": labels}, "spec": {}}
-
-
-async def test_the_fake_is_a_port() -> None:
-    k: KubeAPI = FakeKube()  # mypy checks it structurally; this checks it at run time too
-    assert k.host.startswith("https://")
 
 
 async def test_create_of_a_taken_name_is_409_already_exists() -> None:
@@ -197,3 +192,29 @@ async def test_observe_lists_again_after_410() -> None:
     assert again.type == "SYNC"
     assert sorted(o["metadata"]["name"] for o in again.items) == ["p", "q"]
     assert (k.calls["list"], k.calls["watch"]) == (2, 1)
+
+
+async def test_list_filters_by_field_selector() -> None:
+    k = FakeKube()
+    for name in ("a", "b"):
+        await k.create(POD, pod(name), "ns")
+    items, _ = await k.list(POD, "ns", field_selector="metadata.name=b")
+    assert [o["metadata"]["name"] for o in items] == ["b"]
+    items, _ = await k.list(POD, "ns", field_selector="metadata.name!=b,metadata.namespace=ns")
+    assert [o["metadata"]["name"] for o in items] == ["a"]
+
+
+async def test_apply_to_status_merges_named_entries_and_honours_the_version() -> None:
+    k = FakeKube()
+    made = await k.create(POD, {"metadata": {"name": "p"}, "spec": {"x": 1}, "status": {
+        "checks": [{"name": "a", "state": "Pending"}, {"name": "b", "state": "Pending"}]}}, "ns")
+    body = {"metadata": {"name": "p", "resourceVersion": made["metadata"]["resourceVersion"]},
+            "spec": {"x": 2}, "status": {"checks": [{"name": "b", "state": "Ready"}]}}
+    out = await k.patch(POD, "p", body, "ns", kind="apply", subresource="status",
+                        field_manager="me", force=True)
+    assert out["status"]["checks"] == [{"name": "a", "state": "Pending"},
+                                       {"name": "b", "state": "Ready"}]
+    assert out["spec"] == {"x": 1}  # the status subresource writes only the status
+    with pytest.raises(errors.KubeConflict):  # the same version again: stale now
+        await k.patch(POD, "p", body, "ns", kind="apply", subresource="status",
+                      field_manager="me", force=True)
