@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import copy
 import random
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.core.times import format_time
@@ -43,8 +42,19 @@ from dispatch_kubeflow.kube.resources import POD, SELF_SUBJECT_ACCESS_REVIEW
 from dispatch_kubeflow.kube.transport import BACKOFF, Backoff, observe
 
 Key = tuple[str, str, str]
+T = TypeVar("T")
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 _GROUP = Resource("", "", "apigroups", "APIGroup", namespaced=False)  # for the before hook
+
+
+def clone(v: T) -> T:
+    """A deep copy of a JSON value (what every object here is), three times faster than
+    copy.deepcopy, which the fake would otherwise spend most of its time in."""
+    if isinstance(v, dict):
+        return cast(T, {k: clone(x) for k, x in v.items()})
+    if isinstance(v, list):
+        return cast(T, [clone(x) for x in v])
+    return v
 
 
 # --- errors, as the API server's Status ---------------------------------------------------
@@ -151,9 +161,9 @@ def merge_patch(into: Obj, patch: Obj, *, named_lists: bool = False) -> None:
                 if item["name"] in by_name:
                     merge_patch(by_name[item["name"]], item, named_lists=True)
                 else:
-                    cur.append(copy.deepcopy(item))
+                    cur.append(clone(item))
         else:
-            into[k] = copy.deepcopy(v)
+            into[k] = clone(v)
 
 
 def _named(v: Any) -> bool:
@@ -186,13 +196,13 @@ def json_patch(obj: Obj, ops: list[Obj], res: Resource, name: str) -> None:
                 raise invalid(f"the path {op['path']} does not exist")
             if isinstance(node, list):
                 if last == "-":
-                    node.append(copy.deepcopy(op["value"]))
+                    node.append(clone(op["value"]))
                 elif kind == "add":
-                    node.insert(int(last), copy.deepcopy(op["value"]))
+                    node.insert(int(last), clone(op["value"]))
                 else:
-                    node[int(last)] = copy.deepcopy(op["value"])
+                    node[int(last)] = clone(op["value"])
             else:
-                node[last] = copy.deepcopy(op["value"])
+                node[last] = clone(op["value"])
         elif kind == "remove":
             if isinstance(node, list):
                 del node[int(last)]
@@ -283,7 +293,7 @@ class FakeKube:
         hook, which cannot await, to change an object at an exact point."""
         key = self._key(res, name, namespace)
         old = self._existing(res, name, namespace)
-        new = copy.deepcopy(old)
+        new = clone(old)
         merge_patch(new, patch)
         return self._store(key, old, new)
 
@@ -336,7 +346,7 @@ class FakeKube:
             else:
                 new["metadata"].pop(field, None)
         if new == old:
-            return copy.deepcopy(old)  # a no-op write does not change the version
+            return clone(old)  # a no-op write does not change the version
         self._bump(new)
         if "deletionTimestamp" in new["metadata"] and not new["metadata"].get("finalizers"):
             del self.objects[key]
@@ -344,7 +354,7 @@ class FakeKube:
         else:
             self.objects[key] = new
             self._record("MODIFIED", key, new, old)
-        return copy.deepcopy(new)
+        return clone(new)
 
     def _check_version(self, res: Resource, name: str, obj: Obj, want: Any) -> None:
         if want not in (None, "") and str(want) != obj["metadata"]["resourceVersion"]:
@@ -362,7 +372,7 @@ class FakeKube:
     async def get(self, res: Resource, name: str, namespace: str | None = None,
                   *, subresource: str | None = None) -> Obj:
         await self._enter("get", res, name)
-        obj = copy.deepcopy(self._existing(res, name, namespace))
+        obj = clone(self._existing(res, name, namespace))
         await self._yield()
         return obj
 
@@ -386,7 +396,7 @@ class FakeKube:
                    label_selector: str | None = None,
                    field_selector: str | None = None) -> tuple[builtins.list[Obj], str]:
         await self._enter("list", res, "")
-        items = [copy.deepcopy(o) for (plural, _, _), o in sorted(self.objects.items())
+        items = [clone(o) for (plural, _, _), o in sorted(self.objects.items())
                  if plural == res.plural
                  and self._selected(res, namespace, o, label_selector, field_selector)]
         rv = str(self.rv)
@@ -412,19 +422,19 @@ class FakeKube:
         if key in self.objects:
             raise status_error(409, "AlreadyExists",
                                f'{_qualified(res)} "{obj_name}" already exists', res, obj_name)
-        obj = copy.deepcopy({**body, "apiVersion": res.api_version, "kind": res.kind})
+        obj = clone({**body, "apiVersion": res.api_version, "kind": res.kind})
         meta.pop("resourceVersion", None)
         meta.update(uid=str(uuid.UUID(int=self.rng.getrandbits(128))),
                     creationTimestamp=format_time(EPOCH + timedelta(seconds=self.rv)))
         if res.namespaced:
             meta["namespace"] = namespace or ""
-        obj["metadata"] = copy.deepcopy(meta)
+        obj["metadata"] = clone(meta)
         if not dry_run:
             self._bump(obj)
             self.objects[key] = obj
             self._record("ADDED", key, obj, None)
         await self._yield()
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     async def replace(self, res: Resource, body: Obj, namespace: str | None = None, *,
                       subresource: str | None = None) -> Obj:
@@ -433,11 +443,11 @@ class FakeKube:
         key = self._key(res, name, namespace)
         old = self._existing(res, name, namespace)
         self._check_version(res, name, old, body["metadata"].get("resourceVersion"))
-        new = copy.deepcopy(body)
+        new = clone(body)
         new.setdefault("apiVersion", res.api_version)
         new.setdefault("kind", res.kind)
         if subresource == "status":
-            new = {**copy.deepcopy(old), "status": copy.deepcopy(body.get("status"))}
+            new = {**clone(old), "status": clone(body.get("status"))}
         out = self._store(key, old, new)
         await self._yield()
         return out
@@ -455,13 +465,13 @@ class FakeKube:
             if kind == "apply" and not subresource:  # apply creates what is missing
                 return await self.create(res, patch, namespace, dry_run=dry_run)
             raise not_found(res, name)
-        new = copy.deepcopy(old)
+        new = clone(old)
         if kind == "json":
             json_patch(new, patch, res, name)
         else:
             self._check_version(res, name, old, (patch.get("metadata") or {})
                                 .get("resourceVersion"))
-            body = copy.deepcopy(patch)
+            body = clone(patch)
             (body.get("metadata") or {}).pop("resourceVersion", None)
             if subresource == "status":
                 body = {"status": body.get("status")}
@@ -484,16 +494,16 @@ class FakeKube:
             raise conflict(res, name, f"Precondition failed: UID in precondition: {uid}, "
                            f"UID in object meta: {obj['metadata']['uid']}")
         if obj["metadata"].get("finalizers"):
-            new = copy.deepcopy(obj)
+            new = clone(obj)
             new["metadata"].setdefault("deletionTimestamp",
                                        format_time(EPOCH + timedelta(seconds=self.rv)))
             out = self._store(key, obj, new, deleting=True)
         else:
             del self.objects[key]
-            gone = copy.deepcopy(obj)
+            gone = clone(obj)
             self._bump(gone)
             self._record("DELETED", key, gone, obj)
-            out = copy.deepcopy(gone)
+            out = clone(gone)
         await self._yield()
         return out
 
@@ -519,7 +529,7 @@ class FakeKube:
             for key, obj in sorted(self.objects.items()):
                 if key[0] == res.plural and self._selected(res, namespace, obj,
                                                            label_selector, field_selector):
-                    yield WatchEvent("ADDED", copy.deepcopy(obj))
+                    yield WatchEvent("ADDED", clone(obj))
             after = self.rv
         else:
             after = int(resource_version)
@@ -539,11 +549,11 @@ class FakeKube:
                 was_in = self._selected(res, namespace, c.before, label_selector,
                                         field_selector)
                 if c.type == "ADDED" and now_in:
-                    yield WatchEvent("ADDED", copy.deepcopy(c.obj))
+                    yield WatchEvent("ADDED", clone(c.obj))
                 elif c.type == "MODIFIED" and now_in:
-                    yield WatchEvent("MODIFIED" if was_in else "ADDED", copy.deepcopy(c.obj))
+                    yield WatchEvent("MODIFIED" if was_in else "ADDED", clone(c.obj))
                 elif was_in and not now_in:
-                    yield WatchEvent("DELETED", copy.deepcopy(c.obj))
+                    yield WatchEvent("DELETED", clone(c.obj))
                 if generation != self._generation:
                     return
             if pending:
