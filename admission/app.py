@@ -137,14 +137,23 @@ class Controller:
         only when this returns)."""
         c = self.config
         self.caches.bind(indexes)
-        await self.health.start(health=c.health_listen or None,
-                                metrics=c.metrics_listen or None)
-        material = await self._tls()
-        await self.webhook.start(c.webhook_listen, material.ssl_context())
-        if c.webhook_url or c.webhook_service:
-            await ensure_configuration(
-                self.kube, ClientConfig(url=c.webhook_url, service=c.webhook_service),
-                material.ca_bundle)
+        try:
+            await self.health.start(health=c.health_listen or None,
+                                    metrics=c.metrics_listen or None)
+            material = await self._tls()
+            await self.webhook.start(c.webhook_listen, material.ssl_context())
+            if c.webhook_url or c.webhook_service:
+                await ensure_configuration(
+                    self.kube, ClientConfig(url=c.webhook_url, service=c.webhook_service),
+                    material.ca_bundle)
+        except BaseException:
+            # kopf retries a failed startup activity: let the retry start from nothing. Kept
+            # bound, the health port failed every retry with EADDRINUSE (seen in the fault
+            # suite: the TLS Secret's read failed during an API server restart, and the
+            # replica never became Ready again).
+            await self.webhook.stop()
+            await self.health.stop()
+            raise
         self._spawn(self._warm_up(), "warm-up")
 
     async def _warm_up(self, interval: float = 0.25) -> None:

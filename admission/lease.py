@@ -28,7 +28,7 @@ from typing import Any
 
 from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.core.times import format_microtime
-from dispatch_kubeflow.kube import KubeAPI
+from dispatch_kubeflow.kube import KubeAPI, retry
 from dispatch_kubeflow.kube.resources import LEASE
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,8 @@ class LeaderElector:
         if not self.is_leader():
             return False
         try:
-            lease = await self.kube.get(LEASE, self.name, self.namespace)
+            with retry.deadline(time.monotonic() + self.retry_period):
+                lease = await self.kube.get(LEASE, self.name, self.namespace)
         except errors.KubeError as exc:
             log.warning("cannot confirm leadership: %s", exc)
             return False
@@ -175,6 +176,12 @@ class LeaderElector:
 
     async def try_acquire_or_renew(self) -> bool:
         """One client-go round. True when we hold the lease after it."""
+        # A round's requests ride out a restarting API server only until the next round
+        # (client-go bounds a renewal the same way), not the transport's longer window.
+        with retry.deadline(time.monotonic() + self.retry_period):
+            return await self._round()
+
+    async def _round(self) -> bool:
         now_wall = self._wallclock()
         duration = max(1, round(self.lease_duration))
         try:

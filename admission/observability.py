@@ -186,9 +186,9 @@ class HealthServer:
             app.add_routes(routes)
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
+            self._runners.append(runner)  # cleaned up by stop() even if the bind fails
             host, port = parse_listen(listen)
             await web.TCPSite(runner, host, port).start()
-            self._runners.append(runner)
 
     async def stop(self) -> None:
         for runner in self._runners:

@@ -43,6 +43,7 @@ from dispatch_kubeflow import (
     StartRequest,
 )
 from dispatch_kubeflow import start as start_mod
+from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import is_true
 from dispatch_kubeflow.hold import hold_annotations
@@ -292,7 +293,7 @@ async def bare_lifecycle(ns: str) -> list[tuple[str, int]]:
             source, name=name, namespace=ns, labels=start_mod.job_labels(req), digest=digest,
             image=image), ns)
         tj = await kube.create(r.TRAINJOB, start_mod.trainjob_body(                     # 3
-            req, cfg, name=name, image=image, digest=digest), ns)
+            req, cfg, select_mode(cfg), name=name, image=image, digest=digest), ns)
         await kube.patch(r.TRAINING_RUNTIME, name, {"metadata": {"ownerReferences": [  # 4
             start_mod.owner_reference(tj)]}}, ns)
         wl_sel = f"{names.KUEUE_JOB_UID_LABEL}={tj['metadata']['uid']}"

@@ -97,6 +97,7 @@ SCHEDULE_OPS = ("open", "hold", "hold-expiry", "release", "release-wrong", "stop
 FAULTS: dict[str, str] = {
     "delete-leader-pod": "api",
     "apiserver-restart": "local",
+    "etcd-compaction": "local",
     "node-pause": "local",
     "node-cut": "local",
     "kubelet-restart": "local",
@@ -104,7 +105,7 @@ FAULTS: dict[str, str] = {
     "controller-sigstop": "local",
 }
 # Seconds each call may take before it counts as hung (its absolute deadline).
-DEADLINES = {OP_START: 150.0, OP_OPEN: 60.0, OP_HOLD: 60.0, OP_RELEASE: 60.0,
+DEADLINES = {OP_START: 150.0, OP_OPEN: 90.0, OP_HOLD: 60.0, OP_RELEASE: 60.0,
              OP_STOP: 150.0, OP_INSPECT: 30.0, OP_FIND: 30.0}
 # The library gets the deadline itself where it takes one; the runner waits this much
 # longer before it calls the call hung (the checker allows 1 s past the deadline).
@@ -390,8 +391,11 @@ async def wait_healthy(kube: Kube, limit: float) -> str:
 def tool(script: str, *args: str, timeout: float = 120) -> str:
     # DISPATCH_KEEP_ON_FAILURE=1: a failing node.sh step (a kubelet whose healthz does not
     # answer within 30 s) otherwise runs down.sh and takes the whole cluster with it.
+    # start_new_session: a Ctrl-C meant for the runner must not reach the tool. Cut between
+    # its kill of a kubelet and the kubelet's start again, node.sh left the node without
+    # one; in its own session it runs to its end while the runner cleans up.
     done = subprocess.run([str(LOCAL_TOOLS / script), *args], capture_output=True, text=True,
-                          timeout=timeout, check=False,
+                          timeout=timeout, check=False, start_new_session=True,
                           env={**os.environ, "DISPATCH_KEEP_ON_FAILURE": "1"})
     if done.returncode != 0:
         raise RuntimeError(f"{script} {' '.join(args)}: rc={done.returncode}: "
@@ -475,6 +479,12 @@ class Faults:
             self.undo.pop(key, None)
             await asyncio.to_thread(off)
 
+    async def _etcd_compaction(self, length: float) -> dict[str, Any]:
+        # Compacts and restarts the apiserver: its new watch cache starts after the compacted
+        # revision, so every watch resumed from before gets 410 and must list again.
+        rev = await asyncio.to_thread(tool, "apiserver.sh", "compact", self.cluster)
+        return {"revision": int(rev.splitlines()[-1])}
+
     async def _node_pause(self, length: float) -> dict[str, Any]:
         node = self._worker()
         await self._hold_off(f"pause {node}",
@@ -550,6 +560,8 @@ class RunResult:
     executions: int = 0
     error: str = ""
     history: str = ""
+    runner: str = ""
+    """The commit the runner ran from: a seed replays its schedule with that version."""
 
     @property
     def ok(self) -> bool:
@@ -598,7 +610,7 @@ class Run:
         finally:
             for err in faults.restore_all():
                 self.result.error += f"; restore failed: {err}"
-            await self._cleanup(kube)
+            await _uninterrupted(self._cleanup(kube))
             self.result.duration_s = round(time.monotonic() - t0, 1)
             assert self.rec is not None
             self.result.ops = dict(Counter(o.op for o in self.rec.ops
@@ -838,25 +850,46 @@ class Run:
                           (r.CLUSTER_TRAINING_RUNTIME, self.runtime)):
             try:
                 await asyncio.wait_for(kube.delete(res, name), 30)
-            except Exception as exc:
+            except (DispatchError, TimeoutError) as exc:
                 problems.append(f"{type(exc).__name__}: {exc}")
         # Wait (bounded) for the namespace to go, so its pods stop writing the ledger.
+        last = ""
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
                 if await kube.get_or_none(r.NAMESPACE, self.namespace) is None:
                     break
-            except Exception:
-                pass
+            except DispatchError as exc:  # the API server restarting: ask again
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                last = "still there"
             await asyncio.sleep(1)
         else:
-            problems.append(f"namespace {self.namespace} still there after 90 s")
+            problems.append(f"namespace {self.namespace} not gone after 90 s ({last})")
         if (self.host_dir / "ledger.jsonl").exists() and not (self.dir / "ledger.jsonl").exists():
             shutil.copy(self.host_dir / "ledger.jsonl", self.dir / "ledger.jsonl")
         shutil.rmtree(self.host_dir, ignore_errors=True)
         if problems:
             self.result.error += ("; " if self.result.error else "") + \
                 "cleanup: " + "; ".join(problems)
+
+
+async def _uninterrupted(work: Awaitable[None]) -> None:
+    """Await ``work`` to its end even when this task is cancelled meanwhile (Ctrl-C during
+    a run's cleanup must not leave its namespace, queue or host directory), then let the
+    cancellation go on."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done() and task.cancelled():
+                raise
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 # --- many runs -----------------------------------------------------------------------------
@@ -889,6 +922,9 @@ async def campaign(a: argparse.Namespace) -> int:
     if skipped:
         print(f"chaos: {skipped}", file=sys.stderr)
     results: list[RunResult] = []
+    # (first seed, index): run i of --seed S is seed S + i; --seeds runs each one alone.
+    runs = ([(s, 0) for s in a.seeds] if a.seeds else [(a.seed, i) for i in range(a.runs)])
+    version = runner_version()
     try:
         kube = await Kube.connect(kubeconfig=a.kubeconfig)
     except DispatchError as exc:
@@ -896,15 +932,16 @@ async def campaign(a: argparse.Namespace) -> int:
         return 2
     code = 0
     try:
-        for i in range(a.runs):
+        for seed, i in runs:
             problem = await wait_healthy(kube, HEALTH_WAIT)
             if problem:
-                print(f"chaos: cluster unhealthy before run {i} (seed {a.seed + i}): {problem}; "
+                print(f"chaos: cluster unhealthy before run {i} (seed {seed + i}): {problem}; "
                       "stopping without judging", file=sys.stderr)
                 code = 2
                 break
-            run = Run(seed=a.seed, index=i, kubeconfig=a.kubeconfig, cluster=a.cluster,
+            run = Run(seed=seed, index=i, kubeconfig=a.kubeconfig, cluster=a.cluster,
                       out=out, jobs=a.jobs, ops=a.ops, faults=faults, skipped_faults=skipped)
+            run.result.runner = version
             print(f"chaos: run {i} seed {run.run_seed} namespace {run.namespace}: "
                   f"{len(run.plan.steps)} steps", file=sys.stderr, flush=True)
             res = await run.execute(kube)
@@ -922,11 +959,31 @@ async def campaign(a: argparse.Namespace) -> int:
     return code
 
 
+def _seed_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--seeds: {text!r} is not a comma-separated list of integers") from None
+
+
+def runner_version() -> str:
+    """``git describe`` of the checkout the runner runs from ("" outside a git checkout)."""
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+                              capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chaos.runner", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", type=_seed_list, default=(),
+                    help="comma-separated seeds to run, each alone (instead of --runs/--seed)")
     ap.add_argument("--kubeconfig", required=True)
     ap.add_argument("--cluster", default=None,
                     help="the local cluster's name, for its fault tools (deploy/local); "

@@ -2,7 +2,8 @@
 
 Open one with :func:`dispatch_kubeflow.open_backend` (``AdapterConfig("kubeflow", ...)``),
 :func:`factory` or :meth:`Backend.connect`; each runs the preflight
-(:mod:`dispatch_kubeflow.preflight`) before it returns, so opening takes at least
+(:mod:`dispatch_kubeflow.preflight`) in the mode the settings choose
+(:mod:`dispatch_kubeflow.mode`) before it returns, so opening takes at least
 ``timeouts.preflightProbe``. Use the backend as an async context manager, or call
 :meth:`Backend.close`.
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -25,23 +26,21 @@ from typing import Any
 from dispatch_kubeflow import (
     errors,
     events,
-    gate,
+    find,
     hold,
     jobs,
+    observe,
     output,
     preflight,
     start,
-    state,
     stop,
 )
-from dispatch_kubeflow.admission_count import admit_plain
-from dispatch_kubeflow.core import names
-from dispatch_kubeflow.core.admission_count import admissions
-from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.events import JobEvent
 from dispatch_kubeflow.jobs import JobInfo
 from dispatch_kubeflow.kube import Kube, transport
-from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
+from dispatch_kubeflow.mode import Mode
+from dispatch_kubeflow.mode_kueue import KueueMode
+from dispatch_kubeflow.mode_plain import PlainMode
 from dispatch_kubeflow.model import (
     Capability,
     CapabilitySource,
@@ -62,25 +61,34 @@ from dispatch_kubeflow.output import LogStream
 from dispatch_kubeflow.preflight import run as run_preflight
 from dispatch_kubeflow.registry import AdapterConfig, register
 from dispatch_kubeflow.settings import Settings
-from dispatch_kubeflow.waits import Watched, deadline_after, wait_for_all, within
+from dispatch_kubeflow.waits import within
 
 log = logging.getLogger(__name__)
 
 NAME = "kubeflow"
 """The name this backend registers under."""
 
-Obj = dict[str, Any]
+
+def select_mode(settings: Settings) -> Mode:
+    """The mode the settings choose: Kueue mode when they have a ``kueue`` section, plain
+    mode otherwise. Chosen once, when the backend opens (see :mod:`dispatch_kubeflow.mode`)."""
+    return KueueMode.from_settings(settings) or PlainMode(settings)
 
 
 class Backend:
-    """An open Kubeflow backend. Not built directly: use :meth:`connect`."""
+    """An open Kubeflow backend. Not built directly: use :meth:`connect`.
 
-    def __init__(self, kube: Kube, settings: Settings,
+    The public facade: each call checks its input, then delegates to an operation's module
+    and to the mode chosen when the backend opened (:mod:`dispatch_kubeflow.mode`).
+    """
+
+    def __init__(self, kube: Kube, settings: Settings, mode: Mode,
                  capabilities: Mapping[Capability, CapabilityStatus], *,
                  owns_kube: bool = True) -> None:
         self._kube = kube
         self._owns_kube = owns_kube
         self.settings = settings
+        self._mode = mode
         self._caps = MappingProxyType(dict(capabilities))
         self._closed = False
 
@@ -95,19 +103,21 @@ class Backend:
         events, holds or stops needs, without the preflight's probe and its seconds.
         """
         cfg = Settings.parse(settings)
+        mode = select_mode(cfg)
         owns = kube is None
         if kube is None:
             kube = await Kube.connect(
                 kubeconfig=cfg.cluster.kubeconfig, context=cfg.cluster.context,
                 in_cluster=cfg.cluster.in_cluster,
-                request_timeout=cfg.timeouts.request.total_seconds())
+                request_timeout=cfg.timeouts.request.total_seconds(),
+                transient_window=cfg.timeouts.transient.total_seconds())
         try:
-            caps = await run_preflight(kube, cfg) if preflight else not_checked()
+            caps = await run_preflight(kube, cfg, mode) if preflight else not_checked()
         except BaseException:
             if owns:
                 await kube.close()
             raise
-        backend = cls(kube, cfg, caps, owns_kube=owns)
+        backend = cls(kube, cfg, mode, caps, owns_kube=owns)
         if backend.observe_only and preflight:  # without it, observe-only is what was asked
             log.warning("dispatch-kubeflow is observe-only: %s",
                         "; ".join(backend.observe_only_reasons))
@@ -153,44 +163,18 @@ class Backend:
         """Start the job closed; returns its TrainJob's reference (idempotent)."""
         start.validate(req)  # bad input is a SpecError even when observe-only
         self._refuse_if_observe_only("Start")
-        return await start.start(self._kube, self.settings, req)
+        return await start.start(self._kube, self.settings, self._mode, req)
 
     async def open(self, ref: ObjectRef | str) -> None:
         """Remove dispatch's start gate (only dispatch's; harmless when already open)."""
         ref = self._ref(ref)
         self._refuse_if_observe_only("Open")
-        if self.settings.kueue is not None:
-            await gate.open_kueue_gate(self._kube, ref.namespace, ref.name)
-            return
-        trainjob = await self._kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
-        if trainjob is None:
-            raise errors.NotFound(f"TrainJob {ref.id} not found")
-        if state.hold_instance(trainjob):
-            raise errors.HoldError(
-                f"TrainJob {ref.id} is held (instance {state.hold_instance(trainjob)}): in "
-                "plain mode the start gate and the hold are both spec.suspend, so open it "
-                "after Release")
-
-        def never_opened(tj: Mapping[str, Any]) -> bool:
-            return admissions(tj) == 0 and not state.hold_instance(tj)
-
-        async with within(deadline_after(self.settings.timeouts.start), f"Open of {ref.id}"):
-            await admit_plain(self._kube, ref.namespace, ref.name, should_admit=never_opened)
+        await self._mode.open(self._kube, ref)
 
     async def inspect(self, ref: ObjectRef | str) -> Observation:
-        """The job's state (see :mod:`dispatch_kubeflow.state`)."""
-        ref = self._ref(ref)
-        trainjob, workload, pods = await self._read(ref)
-        obs = state.observe(trainjob, workload, pods)
-        if (trainjob is not None and self.settings.kueue is None and obs.hold_instance
-                and not pods and hold.expired(trainjob)):
-            # Plain mode has no controller: the library releases an expired hold.
-            async with within(deadline_after(self.settings.timeouts.request),
-                              f"release of the expired hold of {ref.id}"):
-                await hold.release_trainjob(self._kube, ref.namespace, ref.name, None)
-            trainjob, workload, pods = await self._read(ref)
-            obs = state.observe(trainjob, workload, pods)
-        return obs
+        """The job's state (see :mod:`dispatch_kubeflow.state`). It only reads, in every
+        mode: a plain-mode hold that expired is released by :meth:`wait` (or Release)."""
+        return await observe.inspect(self._kube, self._mode, self._ref(ref))
 
     async def wait(self, ref: ObjectRef | str, *states: ObjectState,
                    deadline: datetime | None = None) -> Observation:
@@ -199,8 +183,10 @@ class Backend:
         A watch, not a poll: the TrainJob, its pods and (Kueue) its Workload are watched,
         and the state table (:func:`dispatch_kubeflow.state.observe`) is applied after
         every event, so the wait ends as soon as the server reports the change. Past
-        ``deadline`` it raises DeadlineExceeded. In plain mode an expired hold is released
-        on the way, as by :meth:`inspect`.
+        ``deadline`` it raises DeadlineExceeded. In plain mode, where no controller does
+        it, the wait releases the job's hold when it expires (and no pod is left) and goes
+        on waiting, as the admission controller does in Kueue mode: this is the library's
+        one place that acts on an expired hold (see docs/holds.md).
         """
         ref = self._ref(ref)
         want = frozenset(ObjectState(s) for s in states)
@@ -209,64 +195,7 @@ class Backend:
                                    field="states")
         label = ", ".join(sorted(want))
         async with within(deadline, f"waiting for {ref.id} to be {label}"):
-            while True:
-                found = await self._watch_state(ref, want)
-                if found is not None:
-                    return found
-                obs = await self.inspect(ref)  # releases the expired plain-mode hold
-                if obs.state in want:
-                    return obs
-
-    async def _watch_state(self, ref: ObjectRef, want: frozenset[ObjectState]
-                           ) -> Observation | None:
-        """Watch until a state in ``want`` (an Observation) or an expired plain hold (None)."""
-        ns, name = ref.namespace, ref.name
-        uid = ref.uid
-        if not uid:
-            trainjob = await self._kube.get_or_none(TRAINJOB, name, ns)
-            if trainjob is None:
-                obs = state.observe(None, None, [])
-                if obs.state in want:
-                    return obs
-                raise errors.NotFound(f"TrainJob {ref.id} not found")
-            uid = str(meta(trainjob)["uid"])
-        watched = [Watched(TRAINJOB, ns, field_selector=f"metadata.name={name}"),
-                   Watched(POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")]
-        if self.settings.kueue is not None:
-            watched.append(Watched(WORKLOAD, ns,
-                                   label_selector=f"{names.KUEUE_JOB_UID_LABEL}={uid}"))
-        expired: list[bool] = []
-
-        def judge(current: Sequence[Mapping[str, Obj]]) -> Observation | None:
-            trainjob = current[0].get(name)
-            if trainjob is not None and str(meta(trainjob).get("uid")) != uid:
-                trainjob = None  # a newer TrainJob of the same name is not this job
-            pods = list(current[1].values())
-            workload = newest_workload(current[2].values()) if len(current) > 2 else None
-            obs = state.observe(trainjob, workload, pods)
-            if (trainjob is not None and self.settings.kueue is None and obs.hold_instance
-                    and not pods and hold.expired(trainjob)):
-                expired.append(True)
-                return obs
-            return obs if obs.state in want else None
-
-        obs = await wait_for_all(self._kube, watched, judge)
-        return None if expired else obs
-
-    async def _read(self, ref: ObjectRef) -> tuple[Obj | None, Obj | None, list[Obj]]:
-        trainjob = await self._kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
-        pods, _ = await self._kube.list(POD, ref.namespace,
-                                        label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
-        workload = None
-        if trainjob is not None and self.settings.kueue is not None:
-            workload = await self._workload(trainjob)
-        return trainjob, workload, pods
-
-    async def _workload(self, trainjob: Mapping[str, Any]) -> Obj | None:
-        m = meta(trainjob)
-        items, _ = await self._kube.list(
-            WORKLOAD, m["namespace"], label_selector=f"{names.KUEUE_JOB_UID_LABEL}={m['uid']}")
-        return newest_workload(items)
+            return await observe.wait(self._kube, self._mode, ref, want)
 
     # --- hold and release -----------------------------------------------------------------
     async def hold(self, ref: ObjectRef | str, meta: HoldMeta) -> None:
@@ -275,40 +204,22 @@ class Backend:
         hold.validate_hold(meta)
         async with within(meta.deadline, f"Hold {meta.instance} of {ref.id}"):
             with _naming(ref):
-                if self.settings.kueue is None:
-                    await hold.hold_trainjob(self._kube, ref.namespace, ref.name, meta)
-                    return
-                workload = await self._require_workload(ref)
-                await hold.hold_workload(self._kube, workload, meta)
+                await self._mode.hold(self._kube, ref, meta)
 
     async def release(self, ref: ObjectRef | str, meta: HoldMeta) -> ReleaseOutcome:
         """Release hold ``meta.instance``; another instance's hold is a HoldError and stays.
 
         Returns ``ReleaseOutcome.RELEASED`` when this call removed the hold, and
         ``ReleaseOutcome.NOT_HELD`` when the job was not held (nothing changed: a repeated
-        Release, or a hold the admission controller already ended because it expired).
+        Release, or a hold that already ended because it expired).
         """
         ref = self._ref(ref)
         hold.validate_hold(meta)
         self._refuse_if_observe_only("Release")
         async with within(meta.deadline, f"Release {meta.instance} of {ref.id}"):
             with _naming(ref):
-                if self.settings.kueue is None:
-                    done = await hold.release_trainjob(self._kube, ref.namespace, ref.name,
-                                                       meta.instance)
-                else:
-                    workload = await self._require_workload(ref)
-                    done = await hold.release_workload(self._kube, workload, meta.instance)
+                done = await self._mode.release(self._kube, ref, meta.instance)
         return ReleaseOutcome.RELEASED if done else ReleaseOutcome.NOT_HELD
-
-    async def _require_workload(self, ref: ObjectRef) -> Obj:
-        trainjob = await self._kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
-        if trainjob is None:
-            raise errors.NotFound(f"TrainJob {ref.id} not found")
-        workload = await self._workload(trainjob)
-        if workload is None:
-            raise errors.NotFound(f"TrainJob {ref.id} has no Workload (yet)")
-        return workload
 
     # --- listing and events ---------------------------------------------------------------
     async def jobs(self) -> list[JobInfo]:
@@ -316,16 +227,14 @@ class Backend:
 
         One LIST per kind, whatever the number of jobs (see :mod:`dispatch_kubeflow.jobs`).
         """
-        return await jobs.list_jobs(self._kube, self.settings.namespace,
-                                    kueue=self.settings.kueue is not None)
+        return await jobs.list_jobs(self._kube, self.settings.namespace, self._mode.listed)
 
     def watch_jobs(self) -> AsyncIterator[list[JobInfo]]:
         """:meth:`jobs`, then again every time the listing changes (one watch per kind).
 
         Never ends by itself: stop iterating (or cancel) when done.
         """
-        return jobs.watch_jobs(self._kube, self.settings.namespace,
-                               kueue=self.settings.kueue is not None)
+        return jobs.watch_jobs(self._kube, self.settings.namespace, self._mode.listed)
 
     def events(self, job: JobID | str, *, follow: bool = False) -> AsyncIterator[JobEvent]:
         """The Kubernetes Events of the job's objects, oldest first (``async for``).
@@ -340,23 +249,12 @@ class Backend:
     async def stop_job(self, job: JobID | str, reason: str) -> StopReport:
         """Delete everything of the job and check that it is gone (see :mod:`.stop`)."""
         return await stop.stop_job(self._kube, self.settings.namespace, as_job_id(job), reason,
-                                   kueue=self.settings.kueue is not None,
-                                   limit=self.settings.timeouts.stop_job)
+                                   kinds=self._mode.kinds, limit=self.settings.timeouts.stop_job)
 
     async def find(self, job: JobID | str) -> tuple[ObjectRef, ...]:
-        """Every object of the job that exists, orphans included."""
-        found = await stop.find(self._kube, self.settings.namespace, as_job_id(job),
-                                kueue=self.settings.kueue is not None)
-        if found.unreadable:
-            # The first failure's status and reason carry over, so a caller can tell an
-            # unreachable server from a refusal.
-            first = found.failures.get(found.unreadable[0])
-            raise errors.KubeError(
-                "find: cannot list " + ", ".join(r.plural for r in found.unreadable)
-                + (f": {first}" if first else ""), status=first.status if first else 0,
-                reason=first.reason if first else "", body=first.body if first else None
-            ) from first
-        return tuple(f.ref for f in found.found)
+        """Every object of the job that exists, orphans included (see :mod:`.find`)."""
+        return await find.find_refs(self._kube, self.settings.namespace, as_job_id(job),
+                                    self._mode.kinds)
 
     async def output(self, job: JobID | str, rank: int = 0,
                      stream: OutputStream = OutputStream.STDOUT, follow: bool = False, *,
@@ -382,9 +280,6 @@ class Backend:
             raise errors.SpecError(f"ref: {ref.id} is not in this backend's namespace "
                                    f"{self.settings.namespace}", field="ref")
         return ref
-
-
-newest_workload = state.newest_workload  # kept here too: callers import it from backend
 
 
 @contextlib.contextmanager

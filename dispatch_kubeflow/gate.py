@@ -1,14 +1,15 @@
 """The start gate: a started job stays closed until Open.
 
-Kueue mode: the TrainJob is created with ``kueue.x-k8s.io/admission-gated-by:
-dispatch.phpboyscout.uk/gate``; Kueue admits no Workload while a gate is listed. Kueue
-lets a gate be removed but never added after creation, so Open removes only dispatch's
-entry and leaves anybody else's. The removal is a JSON patch whose ``test`` op checks the
-annotation's value first, so a gate someone removes or edits at the same moment is never
-overwritten with a stale list.
+Kueue mode (:mod:`dispatch_kubeflow.mode_kueue`): the TrainJob is created with
+``kueue.x-k8s.io/admission-gated-by: dispatch.phpboyscout.uk/gate``; Kueue admits no
+Workload while a gate is listed. Kueue lets a gate be removed but never added after
+creation, so Open removes only dispatch's entry and leaves anybody else's. The removal is a
+JSON patch whose ``test`` op checks the annotation's value first, so a gate someone removes
+or edits at the same moment is never overwritten with a stale list.
 
-Plain mode: the TrainJob is created suspended; Open is the job's first admission, done by
-:mod:`dispatch_kubeflow.admission_count` (raise A, then unsuspend).
+Plain mode (:mod:`dispatch_kubeflow.mode_plain`): the TrainJob is created suspended; Open
+is the job's first admission, done by :mod:`dispatch_kubeflow.admission_count` (raise A,
+then unsuspend).
 """
 
 from __future__ import annotations
@@ -25,11 +26,6 @@ from dispatch_kubeflow.state import parse_gates
 _GATE_PATH = "/metadata/annotations/" + names.ADMISSION_GATED_BY.replace("~", "~0").replace(
     "/", "~1")
 _RETRIES = 8
-
-
-def closed_annotations(kueue: bool) -> dict[str, str]:
-    """The annotations a new TrainJob carries so it starts closed (Kueue mode)."""
-    return {names.ADMISSION_GATED_BY: names.GATE} if kueue else {}
 
 
 def removal_patch(value: str) -> list[dict[str, Any]] | None:

@@ -11,8 +11,9 @@ is released by the admission controller, which watches Workloads anyway.
 Plain mode: the same annotations go on the TrainJob with ``spec.suspend=true``. Release
 waits until no pod of the job remains, then raises A, removes the annotations and
 unsuspends in one patch (:mod:`dispatch_kubeflow.admission_count`). A job still closed by
-its start gate (never opened, A = 0) stays suspended after release. An expired hold is
-released by the library on the next Inspect or Release of that job.
+its start gate (never opened, A = 0) stays suspended after release. Nobody else being
+there to release an expired hold, the library does, in a wait on the job
+(:func:`dispatch_kubeflow.observe.wait`); Inspect only reads.
 
 Every call is bounded by its own ``HoldMeta.call.deadline``; past it the call raises
 DeadlineExceeded and changes nothing more.
@@ -29,7 +30,7 @@ from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.objects import annotations_of, meta
-from dispatch_kubeflow.core.times import format_time, parse_time
+from dispatch_kubeflow.core.times import format_time
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import HoldMeta
@@ -60,24 +61,21 @@ def validate_hold(hold: HoldMeta) -> None:
         raise errors.SpecError("hold.by.id: must name who holds", field="hold.by.id")
 
 
-def expired(obj: Mapping[str, Any], now: datetime | None = None) -> bool:
-    until = parse_time(annotations_of(obj).get(names.HOLD_UNTIL))
-    return until is not None and until <= (now or datetime.now(UTC))
-
-
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def release_patch(obj: Mapping[str, Any], instance: int, *, kueue: bool) -> list[dict[str, Any]]:
-    """JSON patch: test the hold instance, drop the hold's annotations, reactivate (Kueue)."""
+def release_patch(obj: Mapping[str, Any], instance: int, *,
+                  reactivate: bool) -> list[dict[str, Any]]:
+    """JSON patch: test the hold instance, drop the hold's annotations, and (a Workload's)
+    set ``spec.active`` again."""
     ann = annotations_of(obj)
     ops: list[dict[str, Any]] = [{"op": "test", "path": f"/metadata/annotations/"
                                   f"{_escape(names.HOLD_INSTANCE)}",
                                   "value": ann.get(names.HOLD_INSTANCE, str(instance))}]
     ops += [{"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"}
             for k in names.HOLD_ANNOTATIONS if k in ann]
-    if kueue:
+    if reactivate:
         ops.append({"op": "add", "path": "/spec/active", "value": True})
     return ops
 
@@ -124,7 +122,7 @@ async def release_workload(kube: Kube, workload: Mapping[str, Any], instance: in
                 f"Workload {ns}/{name} is held as instance {held}, not {instance}; "
                 "the hold stays")
         try:
-            await kube.patch(WORKLOAD, name, release_patch(current, instance, kueue=True), ns,
+            await kube.patch(WORKLOAD, name, release_patch(current, instance, reactivate=True), ns,
                              kind="json")
             return True
         except errors.KubeWebhookDenied:
@@ -185,7 +183,7 @@ async def release_trainjob(kube: Kube, namespace: str, name: str, instance: int 
                                  annotations=drop)
     for _ in range(_RETRIES):
         try:
-            await kube.patch(TRAINJOB, name, release_patch(trainjob, held, kueue=False),
+            await kube.patch(TRAINJOB, name, release_patch(trainjob, held, reactivate=False),
                              namespace, kind="json")
             return True
         except errors.KubeWebhookDenied:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,7 +28,7 @@ from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.kube import Kube, Resource
-from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
+from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.model import JobID, ObjectRef, Observation
 from dispatch_kubeflow.state import observe_listed
 from dispatch_kubeflow.waits import cancel_all
@@ -53,11 +53,13 @@ class JobInfo:
     created: datetime | None = None
 
 
-def _selectors(kueue: bool) -> list[tuple[Resource, str]]:
-    kinds = [(TRAINJOB, names.JOB_ID_LABEL), (POD, names.JOBSET_NAME_LABEL)]
-    if kueue:
-        kinds.append((WORKLOAD, names.KUEUE_JOB_UID_LABEL))
-    return kinds
+Listed = Sequence[tuple[Resource, str]]
+"""Kinds listed beyond TrainJobs and pods, each with the label that must be present: the
+mode's (Kueue mode: Workloads, by ``kueue.x-k8s.io/job-uid``)."""
+
+
+def _selectors(workloads: Listed) -> list[tuple[Resource, str]]:
+    return [(TRAINJOB, names.JOB_ID_LABEL), (POD, names.JOBSET_NAME_LABEL), *workloads]
 
 
 def _count(raw: str | None) -> int:
@@ -90,22 +92,23 @@ def listing(trainjobs: Iterable[Obj], workloads: Iterable[Obj],
     return sorted(out, key=lambda j: (j.job, j.submission, j.ref.name))
 
 
-async def list_jobs(kube: Kube, namespace: str, *, kueue: bool) -> list[JobInfo]:
+async def list_jobs(kube: Kube, namespace: str, workloads: Listed) -> list[JobInfo]:
     """Every dispatch job of ``namespace``: one LIST per kind (see the module docstring)."""
     lists = await asyncio.gather(*(kube.list(res, namespace, label_selector=sel)
-                                   for res, sel in _selectors(kueue)))
+                                   for res, sel in _selectors(workloads)))
     items = [found for found, _ in lists]
-    return listing(items[0], items[2] if kueue else [], items[1])
+    return listing(items[0], items[2] if len(items) > 2 else [], items[1])
 
 
-async def watch_jobs(kube: Kube, namespace: str, *, kueue: bool) -> AsyncIterator[list[JobInfo]]:
+async def watch_jobs(kube: Kube, namespace: str,
+                     workloads: Listed) -> AsyncIterator[list[JobInfo]]:
     """The listing, then a new one every time it changes; never ends (cancel it).
 
     One watch per kind (:meth:`Kube.observe`, which lists again after expiry or a broken
     stream). Events that arrive together are taken together, so a burst of pod updates
     yields one listing, and a listing equal to the last one is not yielded again.
     """
-    kinds = _selectors(kueue)
+    kinds = _selectors(workloads)
     current: list[dict[str, Obj]] = [{} for _ in kinds]
     synced = [False] * len(kinds)
     changed = asyncio.Event()
@@ -140,7 +143,7 @@ async def watch_jobs(kube: Kube, namespace: str, *, kueue: bool) -> AsyncIterato
             if not all(synced):
                 continue
             await asyncio.sleep(0)  # let events already read land in this listing
-            now = listing(current[0].values(), current[2].values() if kueue else (),
+            now = listing(current[0].values(), current[2].values() if len(current) > 2 else (),
                           current[1].values())
             if now != last:
                 last = now

@@ -11,9 +11,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatch_kubeflow.core.errors import SettingsError
+
+if TYPE_CHECKING:  # for the types only: the backend imports this module
+    from dispatch_kubeflow.backend import Backend
 
 SettingsSection = bytes | str | Mapping[str, Any]
 
@@ -26,7 +29,7 @@ class AdapterConfig:
     settings: SettingsSection = field(default_factory=dict)
 
 
-Factory = Callable[[AdapterConfig], Awaitable[Any]]
+Factory = Callable[[AdapterConfig], Awaitable["Backend"]]
 _FACTORIES: dict[str, Factory] = {}
 
 
@@ -54,7 +57,7 @@ def registered() -> tuple[str, ...]:
     return tuple(sorted(_FACTORIES))
 
 
-async def open_backend(config: AdapterConfig) -> Any:
+async def open_backend(config: AdapterConfig) -> Backend:
     """Open the backend the config names (running its preflight)."""
     _load_builtin()
     factory = _FACTORIES.get(config.backend)

@@ -9,7 +9,7 @@ The keys are the seed's, camelCase::
       "kueue":        {"localQueue": "lq", "priorityClass": "low",
                        "admissionCheck": "dispatch-admission"},
       "timeouts":     {"request": "10s", "start": "2m", "stopJob": "3m",
-                       "preflightProbe": "10s"}
+                       "preflightProbe": "10s", "transient": "30s"}
     }
 
 ``kueue`` absent means plain mode (no Kueue: the TrainJob's ``spec.suspend`` is the gate).
@@ -141,6 +141,11 @@ class TimeoutSettings(_Section):
     preflight_probe: Duration = Field(
         timedelta(seconds=10),
         description=f"how long the start-gate probe is watched: {DURATION_ACCEPTS}")
+    transient: Duration = Field(
+        timedelta(seconds=30),
+        description="how long a request with no deadline of its call rides out an API server "
+                    "that refuses connections or answers 429 or 503: "
+                    f"{DURATION_ACCEPTS}")
 
 
 class Settings(_Section):
@@ -156,7 +161,7 @@ class Settings(_Section):
                           "absent for plain mode")
     timeouts: TimeoutSettings = Field(
         default_factory=lambda: TimeoutSettings.model_validate({}),
-        description="an object: request, start, stopJob, preflightProbe")
+        description="an object: request, start, stopJob, preflightProbe, transient")
 
     @field_validator("namespace")
     @classmethod
@@ -165,10 +170,6 @@ class Settings(_Section):
             raise ValueError(f"{v!r} is not a DNS label (lower-case letters, digits and '-', "
                              "at most 63, starting and ending alphanumeric)")
         return v
-
-    @property
-    def mode(self) -> str:
-        return "kueue" if self.kueue is not None else "plain"
 
     @classmethod
     def parse(cls, raw: bytes | str | Mapping[str, Any] | Settings) -> Settings:

@@ -21,8 +21,9 @@ its reference, callers of another get a ConflictError naming what differs.
 
 A Start interrupted between these steps leaves objects labelled with the job id, which
 ``find``/StopJob find, and which a repeated Start of the same request completes (another
-request is refused, naming the interrupted one, until StopJob removes it). In Kueue mode
-Start returns once Kueue made the Workload (``kueue.x-k8s.io/job-uid=<TrainJob uid>``).
+request is refused, naming the interrupted one, until StopJob removes it). What the mode adds
+(:class:`StartMode`): Kueue's queue labels and gate, and in Kueue mode Start returns once
+Kueue made the Workload (``kueue.x-k8s.io/job-uid=<TrainJob uid>``).
 """
 
 from __future__ import annotations
@@ -35,18 +36,16 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
-from dispatch_kubeflow.gate import closed_annotations
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import (
     CLUSTER_TRAINING_RUNTIME,
     TRAINING_RUNTIME,
     TRAINJOB,
-    WORKLOAD,
 )
 from dispatch_kubeflow.model import (
     KIND_CLUSTER_TRAINING_RUNTIME,
@@ -58,7 +57,6 @@ from dispatch_kubeflow.model import (
     StartRequest,
 )
 from dispatch_kubeflow.settings import Settings
-from dispatch_kubeflow.waits import deadline_after, wait_for, within
 
 _RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -191,20 +189,32 @@ def runtime_copy(source: Mapping[str, Any], *, name: str, namespace: str,
     }
 
 
-def trainjob_body(req: StartRequest, settings: Settings, *, name: str, image: Image,
-                  digest: str) -> dict[str, Any]:
+class StartMode(Protocol):
+    """What Start needs of the mode."""
+
+    def trainjob_labels(self) -> dict[str, str]:
+        """The labels a TrainJob carries in this mode (Kueue's queue and priority class)."""
+        ...
+
+    def closed_annotations(self) -> dict[str, str]:
+        """The annotations a new TrainJob carries so it starts closed (Kueue's gate)."""
+        ...
+
+    async def started(self, kube: Kube, trainjob: Mapping[str, Any]) -> None:
+        """What Start waits for once the TrainJob is made (Kueue: its Workload)."""
+        ...
+
+
+def trainjob_body(req: StartRequest, settings: Settings, mode: StartMode, *, name: str,
+                  image: Image, digest: str) -> dict[str, Any]:
     """The TrainJob, created suspended and closed (pure)."""
-    labels = job_labels(req)
-    if settings.kueue is not None:
-        labels[names.QUEUE_NAME_LABEL] = settings.kueue.local_queue
-        if settings.kueue.priority_class:
-            labels[names.PRIORITY_CLASS_LABEL] = settings.kueue.priority_class
+    labels = {**job_labels(req), **mode.trainjob_labels()}
     return {
         "apiVersion": TRAINJOB_API_VERSION,
         "kind": "TrainJob",
         "metadata": {
             "name": name, "namespace": settings.namespace, "labels": labels,
-            "annotations": {**closed_annotations(settings.kueue is not None),
+            "annotations": {**mode.closed_annotations(),
                             names.SPEC_HASH: digest,
                             names.REQUEST: _canonical(request_doc(req))},
         },
@@ -266,7 +276,8 @@ _ROUNDS = 4
 """How often Start judges again after a concurrent writer changed what it read."""
 
 
-async def start(kube: Kube, settings: Settings, req: StartRequest) -> ObjectRef:
+async def start(kube: Kube, settings: Settings, mode: StartMode,
+                req: StartRequest) -> ObjectRef:
     """Start ``req`` closed; see the module docstring.
 
     Linearizable per job and submission: the runtime copy (one name, created once) decides
@@ -311,7 +322,8 @@ async def start(kube: Kube, settings: Settings, req: StartRequest) -> ObjectRef:
             continue
         try:
             tj = await create_trainjob(
-                kube, ns, trainjob_body(req, settings, name=name, image=image, digest=digest))
+                kube, ns, trainjob_body(req, settings, mode, name=name, image=image,
+                                       digest=digest))
         except errors.KubeConflict:
             continue  # a concurrent Start made it: the next round judges it
         except errors.KubeWebhookDenied as exc:
@@ -336,8 +348,7 @@ async def start(kube: Kube, settings: Settings, req: StartRequest) -> ObjectRef:
             f"{what_tj}: the job's objects kept changing during {_ROUNDS} rounds of Start "
             "(a concurrent StopJob, or the previous objects still being removed); try again")
     assert tj is not None
-    if settings.kueue is not None:
-        await _wait_for_workload(kube, settings, tj)
+    await mode.started(kube, tj)
     return ObjectRef(namespace=ns, name=name, kind="TrainJob", api_version=TRAINJOB_API_VERSION,
                      uid=str(meta(tj)["uid"]))
 
@@ -407,12 +418,3 @@ async def _read_runtime(kube: Kube, namespace: str, runtime: RuntimeRef) -> dict
             f"spec.extensions.RuntimeRef: {runtime.kind} {runtime.runtime}{where} not found",
             field="spec.extensions.RuntimeRef")
     return found
-
-
-async def _wait_for_workload(kube: Kube, settings: Settings, trainjob: Mapping[str, Any]) -> None:
-    uid = meta(trainjob)["uid"]
-    async with within(deadline_after(settings.timeouts.start),
-                      f"Start of TrainJob {meta(trainjob)['name']}: waiting for Kueue's "
-                      f"Workload ({settings.timeouts.start})"):
-        await wait_for(kube, WORKLOAD, settings.namespace, lambda wls: True if wls else None,
-                       label_selector=f"{names.KUEUE_JOB_UID_LABEL}={uid}")

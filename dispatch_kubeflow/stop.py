@@ -1,11 +1,7 @@
-"""StopJob and find: delete everything of a job, and prove it is gone.
+"""StopJob: delete everything of a job, and prove it is gone.
 
-``find(job)`` lists what exists of a job in the namespace, orphans included: TrainJobs,
-runtime copies, JobSets, Jobs and pods by the ``dispatch.phpboyscout.uk/job-id`` label
-(the runtime copy puts it on the JobSet, Job and pod templates), JobSets also by name
-(a JobSet is named as its TrainJob), and Workloads by ``kueue.x-k8s.io/job-uid``, by
-an ownerReference to one of the job's TrainJobs, or by the job-id label on their pod
-sets' templates (an orphaned Workload has neither owner nor a TrainJob to match).
+What belongs to a job is :mod:`dispatch_kubeflow.find`'s to say, among the kinds the mode
+names (Kueue mode: Workloads too).
 
 ``stop_job`` records the reason as an Event on each TrainJob, deletes the TrainJobs with
 background propagation (so the TrainJob is gone at once and the garbage collector removes
@@ -23,10 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import socket
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,124 +28,15 @@ from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.core.times import format_microtime
+from dispatch_kubeflow.find import Findings, Found, find, selector
 from dispatch_kubeflow.kube import Kube, Resource
-from dispatch_kubeflow.kube.resources import (
-    EVENT,
-    JOB,
-    JOBSET,
-    POD,
-    TRAINING_RUNTIME,
-    TRAINJOB,
-    WORKLOAD,
-)
+from dispatch_kubeflow.kube.resources import EVENT, POD, TRAINING_RUNTIME, TRAINJOB
 from dispatch_kubeflow.model import JobID, ObjectRef, StopReport
 
 log = logging.getLogger(__name__)
 
-# The order objects are deleted in a pass: owners first, so the GC does most of the work.
-KINDS: tuple[Resource, ...] = (TRAINJOB, WORKLOAD, JOBSET, JOB, TRAINING_RUNTIME, POD)
 _PASS_WAIT = 1.0
 REPORTING_CONTROLLER = f"{names.DOMAIN}/kubeflow"
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """One object of the job, as listed."""
-
-    res: Resource
-    obj: dict[str, Any]
-
-    @property
-    def uid(self) -> str:
-        return str(meta(self.obj).get("uid", ""))
-
-    @property
-    def ref(self) -> ObjectRef:
-        m = meta(self.obj)
-        return ObjectRef(namespace=str(m.get("namespace", "")), name=str(m["name"]),
-                         kind=self.res.kind, api_version=self.res.api_version, uid=self.uid)
-
-
-@dataclass
-class Findings:
-    found: list[Found]
-    unreadable: list[Resource]
-    """Kinds whose list failed (not counting a kind the cluster does not serve)."""
-    versions: dict[Resource, str] = field(default_factory=dict)
-    """The resourceVersion of each kind's list (a watch from it misses nothing)."""
-    failures: dict[Resource, errors.KubeError] = field(default_factory=dict)
-    """Why each unreadable kind could not be listed."""
-
-
-def _selector(res: Resource, job: JobID) -> str | None:
-    """The label selector ``find`` lists ``res`` with (None: the whole namespace)."""
-    # JobSets and Workloads may lack the label: list them all and match by name/owner.
-    return None if res in (JOBSET, WORKLOAD) else f"{names.JOB_ID_LABEL}={job}"
-
-
-def trainjob_name_pattern(job: JobID) -> re.Pattern[str]:
-    return re.compile(rf"^{re.escape(names.trainjob_name(job, 0)[:-1])}\d+$")
-
-
-def _belongs(res: Resource, obj: Mapping[str, Any], job: JobID, owners: set[str],
-             pattern: re.Pattern[str]) -> bool:
-    if labels_of(obj).get(names.JOB_ID_LABEL) == str(job):
-        return True
-    if res is JOBSET and pattern.match(str(meta(obj).get("name", ""))):
-        return True
-    if res is WORKLOAD and (labels_of(obj).get(names.KUEUE_JOB_UID_LABEL) in owners
-                            or _workload_of_job(obj, job)):
-        return True
-    for owner in meta(obj).get("ownerReferences") or []:
-        if owner.get("uid") in owners:
-            return True
-        if owner.get("kind") == "TrainJob" and pattern.match(str(owner.get("name", ""))):
-            return True
-    return False
-
-
-def _workload_of_job(workload: Mapping[str, Any], job: JobID) -> bool:
-    """A Workload whose pod sets carry the job's label (copied by Kueue from the runtime
-    copy's pod template): found even when its TrainJob is gone and it lost its owner."""
-    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
-        if labels_of(pod_set.get("template")).get(names.JOB_ID_LABEL) == str(job):
-            return True
-    return False
-
-
-async def find(kube: Kube, namespace: str, job: JobID, *, kueue: bool,
-               known_uids: Iterable[str] = ()) -> Findings:
-    """Everything of ``job`` in ``namespace``; see the module docstring."""
-    pattern = trainjob_name_pattern(job)
-    kinds = [k for k in KINDS if kueue or k is not WORKLOAD]
-    versions: dict[Resource, str] = {}
-    failures: dict[Resource, errors.KubeError] = {}
-
-    async def one(res: Resource) -> tuple[Resource, list[dict[str, Any]] | None]:
-        try:
-            items, rv = await kube.list(res, namespace, label_selector=_selector(res, job))
-        except errors.KubeNotFound:
-            return res, []  # the cluster does not serve this kind: nothing of it exists
-        except errors.KubeError as exc:
-            log.warning("find %s: cannot list %s: %s", job, res.plural, exc)
-            failures[res] = exc
-            return res, None
-        versions[res] = rv
-        return res, items
-
-    listed = await asyncio.gather(*(one(k) for k in kinds))
-    owners = set(known_uids)
-    for res, items in listed:
-        if res is TRAINJOB and items:
-            owners.update(str(meta(o).get("uid")) for o in items)
-    found: list[Found] = []
-    unreadable: list[Resource] = []
-    for res, items in listed:
-        if items is None:
-            unreadable.append(res)
-            continue
-        found += [Found(res, o) for o in items if _belongs(res, o, job, owners, pattern)]
-    return Findings(found, unreadable, versions, failures)
 
 
 async def record_reason(kube: Kube, trainjob: Mapping[str, Any], reason: str) -> None:
@@ -187,13 +72,13 @@ async def _delete(kube: Kube, f: Found) -> None:
                           uid=f.uid or None, propagation="Background")
 
 
-async def stop_job(kube: Kube, namespace: str, job: JobID, reason: str, *, kueue: bool,
-                   limit: timedelta) -> StopReport:
-    """Delete everything of ``job``; see the module docstring."""
+async def stop_job(kube: Kube, namespace: str, job: JobID, reason: str, *,
+                   kinds: Sequence[Resource], limit: timedelta) -> StopReport:
+    """Delete everything of ``job`` of the ``kinds`` (the mode's); see the module docstring."""
     loop = asyncio.get_running_loop()
     until = loop.time() + limit.total_seconds()
     seen: dict[str, Found] = {}
-    first = await find(kube, namespace, job, kueue=kueue)
+    first = await find(kube, namespace, job, kinds)
     # Everything there at the start is reported, whoever removes it (we or the garbage
     # collector): the report does not depend on which of the two got there first.
     for f in first.found:
@@ -204,7 +89,7 @@ async def stop_job(kube: Kube, namespace: str, job: JobID, reason: str, *, kueue
         await _delete(kube, f)
     findings = first
     while True:
-        findings = await find(kube, namespace, job, kueue=kueue, known_uids=seen)
+        findings = await find(kube, namespace, job, kinds, known_uids=seen)
         for f in findings.found:
             seen.setdefault(f.uid, f)
         if not findings.found and not findings.unreadable:
@@ -237,7 +122,7 @@ async def wait_gone(kube: Kube, namespace: str, job: JobID, findings: Findings,
         while uids:
             try:
                 async for ev in kube.watch(res, namespace, resource_version=rv,
-                                           label_selector=_selector(res, job),
+                                           label_selector=selector(res, job),
                                            timeout_seconds=60):
                     rv = str(meta(ev.object).get("resourceVersion", rv))
                     if ev.type == "DELETED":

@@ -8,6 +8,7 @@ are the preflight probe's observation window and the back-off after a failed req
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from dispatch_kubeflow.errors import DeadlineExceeded
-from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent
+from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent, retry
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -48,9 +49,11 @@ async def within(deadline: datetime | None, what: str) -> AsyncIterator[None]:
     if left is not None and left <= 0:
         raise DeadlineExceeded(f"{what}: the deadline had passed before the call started")
     timer = asyncio.timeout(left)
+    at = None if left is None else time.monotonic() + left
     try:
         async with timer:
-            yield
+            with retry.deadline(at):  # requests retry transient failures until then at most
+                yield
     except TimeoutError as exc:
         if isinstance(exc, DeadlineExceeded) or not timer.expired():
             raise

@@ -17,6 +17,9 @@ usage: $0 COMMAND NAME [SECONDS]
                           again and wait until /readyz answers
   stop NAME               stop it (TERM, then KILL after 30 s)
   start NAME              start it (when stopped) and wait until /readyz answers
+  compact NAME            compact etcd at its current revision, then restart the
+                          apiserver: every watch resumed from an older resourceVersion
+                          gets 410 Expired and must list again
   status NAME             exit 0 when it runs and is ready
 EOF
   exit 2
@@ -42,6 +45,7 @@ load_cmdline() { # sets CMD (the command line) and APISERVER_PORT (from --secure
   for i in "${!CMD[@]}"; do
     if [ "${CMD[$i]}" = --secure-port ]; then APISERVER_PORT=${CMD[$((i + 1))]}; fi
     if [ "${CMD[$i]}" = --bind-address ]; then HOST_IP=${CMD[$((i + 1))]}; fi
+    if [ "${CMD[$i]}" = --etcd-servers ]; then ETCD_URL=${CMD[$((i + 1))]%%,*}; fi
   done
   [ -n "$APISERVER_PORT" ] || die "cluster $name: no --secure-port in $CMDLINE"
 }
@@ -97,6 +101,25 @@ case $command in
     [ "$(id -u)" = 0 ] || die "must run as root (the apiserver runs as root)"
     load_cmdline
     start_apiserver
+    ;;
+  compact)
+    # A compaction alone does not reach clients: the apiserver's watch cache still serves
+    # a watch from a compacted resourceVersion. Its restart starts a new cache after the
+    # compacted revision, so every watch resumed from before gets 410 (what a client sees
+    # when it was away longer than the cache's window).
+    [ "$(id -u)" = 0 ] || die "must run as root (the apiserver runs as root)"
+    load_cmdline
+    [ -n "${ETCD_URL:-}" ] || die "cluster $name: no --etcd-servers in $CMDLINE"
+    # etcd's JSON gateway: a one-key range returns the store's current revision.
+    rev=$(curl -sf -X POST "$ETCD_URL/v3/kv/range" -d '{"key":"AA==","limit":1,"keys_only":true}' \
+      | sed -n 's/.*"revision":"\([0-9]*\)".*/\1/p')
+    [ -n "$rev" ] || die "cluster $name: etcd at $ETCD_URL gave no revision"
+    curl -sf -X POST "$ETCD_URL/v3/kv/compaction" -d "{\"revision\":\"$rev\",\"physical\":true}" >/dev/null \
+      || die "cluster $name: etcd at $ETCD_URL refused the compaction at revision $rev"
+    log "cluster $name: etcd compacted at revision $rev"
+    stop_apiserver
+    start_apiserver
+    echo "$rev"
     ;;
   status)
     load_cmdline

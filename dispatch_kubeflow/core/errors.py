@@ -116,6 +116,13 @@ class KubeError(DispatchError):
         self.body = body or {}
         self.causes = tuple(causes)
 
+    @property
+    def retry_after(self) -> int | None:
+        """The Status' ``details.retryAfterSeconds`` (a 429's or a 503's advice), if any."""
+        details = self.body.get("details")
+        seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+        return seconds if isinstance(seconds, int) and seconds >= 0 else None
+
     def names_field(self, path: str) -> bool:
         """Whether a cause names this field or one inside it (case-insensitive, as
         Trainer spells ``spec.RuntimeRef`` in one place)."""

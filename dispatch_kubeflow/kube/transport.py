@@ -36,12 +36,13 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import rest as k8s_rest
 
 from dispatch_kubeflow.core import errors
+from dispatch_kubeflow.kube import retry
 from dispatch_kubeflow.kube.port import KubeAPI, Obj, PatchKind, WatchEvent
 from dispatch_kubeflow.kube.resources import SELF_SUBJECT_ACCESS_REVIEW, Resource
 
 # Obj, PatchKind and WatchEvent are the port's; named here too for older imports.
-__all__ = ["BACKOFF", "Backoff", "ByteStream", "Kube", "Obj", "PatchKind", "WatchEvent", "observe",
-           "require_kubeconfig"]
+__all__ = ["WATCH_BACKOFF", "ByteStream", "Kube", "Obj", "PatchKind", "WatchBackoff",
+           "WatchEvent", "observe", "require_kubeconfig"]
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ TimeoutError)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Backoff:
+class WatchBackoff:
     """How :func:`observe` waits before listing or watching again."""
 
     first: float = 0.2
@@ -70,8 +71,11 @@ class Backoff:
     """A watch that ends within this many seconds with no event is backed off from."""
 
 
-BACKOFF = Backoff()
+WATCH_BACKOFF = WatchBackoff()
 
+TRANSIENT_WINDOW = 30.0
+"""How long a request without a caller's deadline rides out a refused connection, a 429 or
+a 503 (an API server restarting takes 10-45 s on the local cluster)."""
 WATCH_GRACE = 30.0
 """How long past a watch's ``timeoutSeconds`` the server may stay silent before the watch
 counts as stalled (and is opened again from a fresh list)."""
@@ -103,12 +107,15 @@ class Kube:
     """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
 
     def __init__(self, api: k8s_client.ApiClient, *, request_timeout: float = 10.0,
-                 watch_grace: float = WATCH_GRACE, backoff: Backoff = BACKOFF) -> None:
+                 watch_grace: float = WATCH_GRACE, watch_backoff: WatchBackoff = WATCH_BACKOFF,
+                 transient_window: float = TRANSIENT_WINDOW) -> None:
         self._api = api
         self._streams: Any = None  # the RESTClientObject of streams, made on first use
         self.request_timeout = request_timeout
         self.watch_grace = watch_grace
-        self.backoff = backoff
+        self.watch_backoff = watch_backoff
+        self.transient_window = transient_window
+        """Seconds a request outside any deadline rides out transient failures (:mod:`.retry`)."""
         self.requests = 0
         """How many requests were sent (benchmarks read it)."""
 
@@ -121,6 +128,7 @@ class Kube:
         context: str | None = None,
         in_cluster: bool = False,
         request_timeout: float = 10.0,
+        transient_window: float = TRANSIENT_WINDOW,
     ) -> Kube:
         """Open from a kubeconfig file (and context) or the pod's service account.
 
@@ -147,7 +155,8 @@ class Kube:
                 raise errors.SettingsError(
                     f"cluster.kubeconfig: cannot load {where}{how}: {exc}",
                     field="cluster.kubeconfig") from exc
-        return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout)
+        return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout,
+                   transient_window=transient_window)
 
     async def close(self) -> None:
         try:
@@ -175,6 +184,35 @@ class Kube:
 
     # --- the one request path -----------------------------------------------------------
     async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | aiohttp.ClientTimeout | None = None,
+        stream: bool = False,
+    ) -> Any:
+        """One request, retrying transient failures (:mod:`.retry`). Streams are not
+        retried here: their callers (``observe``) list again themselves."""
+        if stream:
+            return await self._send_once(method, path, query=query, body=body,
+                                         content_type=content_type, timeout=timeout,
+                                         stream=True)
+        tries = retry.Backoff(self.transient_window)
+        while True:
+            try:
+                return await self._send_once(method, path, query=query, body=body,
+                                             content_type=content_type, timeout=timeout)
+            except errors.KubeError as exc:
+                wait = tries.next(exc) if retry.transient(exc, method) else None
+                if wait is None:
+                    raise
+                log.info("%s %s: %s; try %d in %.1fs", method, path, exc, tries.tries, wait)
+                await asyncio.sleep(wait)
+
+    async def _send_once(
         self,
         method: str,
         path: str,
@@ -371,7 +409,7 @@ class Kube:
         """List, then watch, surviving expiry and failures: see :func:`observe`."""
         return observe(self, res, namespace, label_selector=label_selector,
                        field_selector=field_selector, timeout_seconds=timeout_seconds,
-                       backoff=self.backoff)
+                       backoff=self.watch_backoff)
 
     # --- special endpoints ---------------------------------------------------------------
     async def served_versions(self, group: str) -> builtins.list[str]:
@@ -417,7 +455,7 @@ class Kube:
 async def observe(api: KubeAPI, res: Resource, namespace: str | None = None, *,
                   label_selector: str | None = None, field_selector: str | None = None,
                   timeout_seconds: int = 290,
-                  backoff: Backoff = BACKOFF) -> AsyncIterator[WatchEvent]:
+                  backoff: WatchBackoff = WATCH_BACKOFF) -> AsyncIterator[WatchEvent]:
     """List, then watch; yields a SYNC event with every list.
 
     Lists again (and yields SYNC) after a 410, and, with a back-off (by default 0.2 s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,6 +17,30 @@ from dispatch_kubeflow.kube import resources as r
 T = TypeVar("T")
 Obj = dict[str, Any]
 IMAGE = "localhost/dispatch-busybox:kind"
+STATE_ROOT = Path(os.environ.get("DISPATCH_STATE_ROOT", "/var/lib/dispatch-local"))
+
+
+def _server_and_ca(kubeconfig: Path) -> tuple[str, str]:
+    cfg = yaml.safe_load(kubeconfig.read_text())
+    ctx_name = cfg.get("current-context")
+    ctx = next(c["context"] for c in cfg.get("contexts") or [] if c["name"] == ctx_name)
+    cluster = next(c["cluster"] for c in cfg.get("clusters") or []
+                   if c["name"] == ctx["cluster"])
+    return str(cluster.get("server")), str(cluster.get("certificate-authority-data"))
+
+
+def why_not_local(kubeconfig: str, name: str) -> str:
+    """Why the cluster ``kubeconfig`` names is not the local cluster ``name`` whose tools
+    (deploy/local: apiserver.sh, node.sh) we may run ("" when it is)."""
+    admin = STATE_ROOT / name / "admin.kubeconfig"
+    if not admin.exists():
+        return (f"the test cluster is not a local one: no local cluster {name} ({admin} is "
+                "missing); set DISPATCH_TEST_CLUSTER to the local cluster KUBECONFIG names")
+    if _server_and_ca(Path(kubeconfig)) != _server_and_ca(admin):
+        return f"KUBECONFIG {kubeconfig} names a cluster other than the local cluster {name}"
+    if os.geteuid() != 0:
+        return "the local cluster's tools need root"
+    return ""
 
 
 async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str,

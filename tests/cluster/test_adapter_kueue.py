@@ -41,6 +41,7 @@ from dispatch_kubeflow import (
     StartRequest,
 )
 from dispatch_kubeflow import start as start_mod
+from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube import resources as r
@@ -215,7 +216,8 @@ async def test_foreign_gate_stays(backend: Backend, kube: Kube, queued: str) -> 
     await kube.create(r.TRAINING_RUNTIME, start_mod.runtime_copy(
         source, name=name, namespace=queued, labels=start_mod.job_labels(req), digest=digest,
         image=image), queued)
-    body = start_mod.trainjob_body(req, backend.settings, name=name, image=image, digest=digest)
+    body = start_mod.trainjob_body(req, backend.settings, select_mode(backend.settings),
+                                  name=name, image=image, digest=digest)
     body["metadata"]["annotations"][names.ADMISSION_GATED_BY] = \
         f"{names.GATE},example.com/theirs"
     await start_mod.create_trainjob(kube, queued, body)
@@ -464,7 +466,8 @@ async def interrupted_start(backend: Backend, kube: Kube, req: StartRequest, *,
         image=image), ns)
     if with_trainjob:  # the TrainJob made, the copy's ownerReference not yet set
         await start_mod.create_trainjob(kube, ns, start_mod.trainjob_body(
-            req, backend.settings, name=name, image=image, digest=digest))
+            req, backend.settings, select_mode(backend.settings), name=name, image=image,
+            digest=digest))
     return name
 
 

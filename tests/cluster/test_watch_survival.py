@@ -10,23 +10,22 @@ run them on a cluster of your own, not one others are testing on at the same tim
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-import yaml
 
 from dispatch_kubeflow import Backend, JobID, ObjectState, Observation, StartRequest, errors
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import Kube, Resource, WatchEvent
 from dispatch_kubeflow.kube import resources as r
 from dispatch_kubeflow.start import runtime_not_seen
 from tests.cluster.admission_fixture import DEPLOYMENT_NAME, AdmissionHandle, dump_logs
-from tests.cluster.helpers import eventually
+from tests.cluster.helpers import eventually, why_not_local
 from tests.cluster.test_adapter_kueue import spec
 from tests.cluster.test_adapter_plain import plain, state_is
 from tests.cluster.test_admission_cluster import dispatch_job, ns, wait_ready
@@ -36,34 +35,17 @@ pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 __all__ = ["ns", "plain"]  # fixtures, imported to be used here
 
 APISERVER_SH = REPO / "deploy/local/apiserver.sh"
-STATE_ROOT = Path(os.environ.get("DISPATCH_STATE_ROOT", "/var/lib/dispatch-local"))
 DOWN_SECONDS = 3
 """How long the apiserver stays stopped in a restart (then it takes a while to start)."""
 END = (ObjectState.SUCCEEDED, ObjectState.FAILED)
 
 
-def _server_and_ca(kubeconfig: Path) -> tuple[str, str]:
-    cfg = yaml.safe_load(kubeconfig.read_text())
-    ctx_name = cfg.get("current-context")
-    ctx = next(c["context"] for c in cfg.get("contexts") or [] if c["name"] == ctx_name)
-    cluster = next(c["cluster"] for c in cfg.get("clusters") or []
-                   if c["name"] == ctx["cluster"])
-    return str(cluster.get("server")), str(cluster.get("certificate-authority-data"))
-
-
 @pytest.fixture
 def restartable(kubeconfig: str) -> str:
     """The local cluster's name, when the test cluster is it and we may restart it."""
-    admin = STATE_ROOT / LOCAL_CLUSTER / "admin.kubeconfig"
-    if not admin.exists():
-        pytest.skip(f"the test cluster is not a local one: no local cluster {LOCAL_CLUSTER} "
-                    f"({admin} is missing), so its apiserver cannot be restarted from here; "
-                    "set DISPATCH_TEST_CLUSTER to the local cluster KUBECONFIG names")
-    if _server_and_ca(Path(kubeconfig)) != _server_and_ca(admin):
-        pytest.skip(f"KUBECONFIG {kubeconfig} names a cluster other than the local cluster "
-                    f"{LOCAL_CLUSTER}: its apiserver cannot be restarted from here")
-    if os.geteuid() != 0:
-        pytest.skip("restarting the local cluster's apiserver needs root")
+    why = why_not_local(kubeconfig, LOCAL_CLUSTER)
+    if why:
+        pytest.skip(f"{why}: its apiserver cannot be restarted from here")
     return LOCAL_CLUSTER
 
 
@@ -141,6 +123,50 @@ async def test_the_controller_approves_an_admission_after_an_apiserver_restart(
                 for p in pods}
     assert restarts
     assert not any(restarts.values()), f"{restarts}\n{dump_logs(admission)}"
+
+
+CONFIG_MAP = Resource("", "v1", "configmaps", "ConfigMap")
+
+
+async def test_observe_lists_again_after_an_etcd_compaction(
+        restartable: str, kube: Kube, namespace: str) -> None:
+    await kube.create(CONFIG_MAP, {"metadata": {"name": "before"}}, namespace)
+    events: list[WatchEvent] = []
+
+    async def observe() -> None:
+        async for ev in kube.observe(CONFIG_MAP, namespace):
+            events.append(ev)
+
+    def names_seen() -> set[str]:
+        return {o["metadata"]["name"] for ev in events
+                for o in (ev.items if ev.type == "SYNC" else (ev.object,))}
+
+    async def seen(name: str) -> bool:
+        return name in names_seen()
+
+    task = asyncio.create_task(observe())
+    try:
+        await eventually(lambda: seen("before"), 30, "the first list")
+        _, old_rv = await kube.list(CONFIG_MAP, namespace)
+        await kube.create(CONFIG_MAP, {"metadata": {"name": "between"}}, namespace)
+        done = await asyncio.to_thread(
+            subprocess.run, [str(APISERVER_SH), "compact", restartable],
+            capture_output=True, text=True, check=False, timeout=180)
+        assert done.returncode == 0, f"apiserver.sh compact failed:\n{done.stderr}"
+        # The tool did what it says: a watch from before the compaction has expired.
+        with pytest.raises(errors.KubeGone):
+            async for _ in kube.watch(CONFIG_MAP, namespace, resource_version=old_rv,
+                                      timeout_seconds=5):
+                pass
+        await kube.create(CONFIG_MAP, {"metadata": {"name": "after"}}, namespace)
+        await eventually(lambda: seen("after"), 60, "a ConfigMap made after")
+        assert {"before", "between", "after"} <= names_seen()
+        # The restart ended its watch and the resumed watch expired: it listed again.
+        assert sum(ev.type == "SYNC" for ev in events) >= 2, "observe never listed again"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 WAITS = int(os.environ.get("DISPATCH_TEST_CONCURRENT_WAITS", "150"))

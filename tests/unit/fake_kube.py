@@ -39,7 +39,7 @@ from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.core.times import format_time
 from dispatch_kubeflow.kube import KubeAPI, Obj, PatchKind, Resource, WatchEvent
 from dispatch_kubeflow.kube.resources import POD, SELF_SUBJECT_ACCESS_REVIEW
-from dispatch_kubeflow.kube.transport import BACKOFF, Backoff, observe
+from dispatch_kubeflow.kube.transport import WATCH_BACKOFF, WatchBackoff, observe
 
 Key = tuple[str, str, str]
 T = TypeVar("T")
@@ -249,8 +249,9 @@ class FakeKube:
     """The fake. State is public for a test's own checks and arrangements."""
 
     def __init__(self, seed: int = 0, *, max_yields: int = 3,
-                 host: str = "https://fake.invalid", backoff: Backoff = BACKOFF) -> None:
-        self.backoff = backoff
+                 host: str = "https://fake.invalid",
+                 watch_backoff: WatchBackoff = WATCH_BACKOFF) -> None:
+        self.watch_backoff = watch_backoff
         """observe's, as Kube's."""
         self.objects: dict[Key, Obj] = {}
         self.rv = 0
@@ -572,7 +573,7 @@ class FakeKube:
                 timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
         return observe(self, res, namespace, label_selector=label_selector,
                        field_selector=field_selector, timeout_seconds=timeout_seconds,
-                       backoff=self.backoff)
+                       backoff=self.watch_backoff)
 
     async def served_versions(self, group: str) -> builtins.list[str]:
         await self._enter("served_versions", _GROUP, group)

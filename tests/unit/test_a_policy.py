@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from dispatch_kubeflow import errors, preflight
+from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.model import Capability, CapabilityValue
 from dispatch_kubeflow.settings import Settings
@@ -49,7 +50,8 @@ def test_refused_by_policy_reads_the_status_not_the_message(exc: errors.KubeErro
 
 def judge(kueue: bool, a_write: errors.KubeError | None,
           control: errors.KubeError | None = None) -> tuple[CapabilityValue, str]:
-    st = preflight.judge_a_writes(kueue, PROBE, "system:serviceaccount:t:svc", a_write, control)
+    judge_a_writes = preflight.judge_kueue_a_writes if kueue else preflight.judge_plain_a_writes
+    st = judge_a_writes(PROBE, "system:serviceaccount:t:svc", a_write, control)
     return st.value, st.reason
 
 
@@ -115,7 +117,7 @@ def test_the_patches() -> None:
 def test_the_dry_run_patches_need_patch_trainjobs(kueue: bool) -> None:
     settings = Settings.parse({"namespace": "ns", "probeRuntime": {"name": "r"},
                                **({"kueue": {"localQueue": "lq"}} if kueue else {})})
-    patch = next(p for p in preflight.permissions(settings)
+    patch = next(p for p in preflight.permissions(settings, select_mode(settings))
                  if (p.verb, p.resource) == ("patch", "trainjobs"))
     assert Capability.ATTEMPT_INJECTION in patch.needed_by
 

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import yaml
 from admission import intake, operator, tls
 from admission.app import Config, Controller
 from admission.observability import JsonFormatter
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
 
 Obj = dict[str, Any]
 
@@ -227,3 +228,39 @@ def test_kopf_gets_our_identity_and_never_looks_up_the_user(
     controller = Controller(kube=None, config=Config(identity="pod-a"))  # type: ignore[arg-type]
     asyncio.run(operator.run(controller, operator.Login(kubeconfig="unused")))
     assert seen["identity"] == "pod-a"
+
+
+# --- startup ------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.asyncio
+async def test_a_startup_that_failed_midway_can_be_retried() -> None:
+    health, hook = _free_port(), _free_port()
+    controller = Controller(kube=None, config=Config(  # type: ignore[arg-type]
+        identity="t", health_listen=f"127.0.0.1:{health}", webhook_listen=f"127.0.0.1:{hook}"))
+    reads = 0
+
+    async def tls_material() -> tls.TlsMaterial:
+        nonlocal reads
+        reads += 1
+        if reads == 1:  # the TLS Secret's read during an API server restart
+            raise errors.KubeError("GET secret: refused", status=0, reason="Unreachable")
+        return tls.generate(["localhost"])
+
+    controller._tls = tls_material  # type: ignore[method-assign]
+    indexes: dict[str, Any] = {key: {} for key in intake.Caches.INDEXES}
+    with pytest.raises(errors.KubeError):
+        await controller.start(indexes)
+    # The failed attempt let go of its ports: kopf's retry binds them again.
+    await controller.start(indexes)
+    try:
+        assert controller.webhook.serving
+        _, writer = await asyncio.open_connection("127.0.0.1", health)
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        await controller.stop()

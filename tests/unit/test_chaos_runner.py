@@ -143,3 +143,42 @@ def test_the_summary_table_names_every_run() -> None:
 def test_the_command_line_needs_a_kubeconfig(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         runner.main(argv)
+
+
+def test_every_fault_has_its_method() -> None:
+    for name in runner.FAULTS:
+        assert callable(getattr(runner.Faults, "_" + name.replace("-", "_"), None)), name
+
+
+def test_seeds_are_a_comma_separated_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert runner._seed_list("3,17,42") == (3, 17, 42)
+    with pytest.raises(SystemExit):
+        runner.main(["--kubeconfig", "k", "--seeds", "3,x"])
+    assert "--seeds: '3,x' is not a comma-separated list of integers" in capsys.readouterr().err
+
+
+def test_a_cleanup_runs_to_its_end_through_a_cancellation() -> None:
+    steps: list[str] = []
+
+    async def cleanup() -> None:
+        for step in ("namespace", "queue", "host directory"):
+            await asyncio.sleep(0.01)
+            steps.append(step)
+
+    async def run() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            await runner._uninterrupted(cleanup())
+
+    async def main() -> None:
+        task = asyncio.create_task(run())
+        await asyncio.sleep(0.01)
+        task.cancel()  # Ctrl-C during the run
+        await asyncio.sleep(0.015)
+        task.cancel()  # and again during its cleanup
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert steps == ["namespace", "queue", "host directory"]

@@ -54,23 +54,24 @@ def test_recorded_tutorial_output_is_what_the_seed_shows() -> None:
 
 
 def _reason_fragments() -> set[str]:
-    """The fixed parts of every string in preflight.py's code (docstrings left out)."""
+    """The fixed parts of every string in the preflight's code (docstrings left out)."""
     import ast
 
     from dispatch_kubeflow import preflight
 
-    tree = ast.parse(Path(preflight.__file__).read_text())
-    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
     parts: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in docstrings:
-            continue
-        values = node.values if isinstance(node, ast.JoinedStr) else [node]
-        for v in values:
-            if isinstance(v, ast.Constant) and isinstance(v.value, str):
-                text = v.value.strip(" ,;:()")
-                if len(text.split()) >= 3:
-                    parts.add(text)
+    for path in sorted(Path(preflight.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        for node in ast.walk(tree):
+            if id(node) in docstrings:
+                continue
+            values = node.values if isinstance(node, ast.JoinedStr) else [node]
+            for v in values:
+                if isinstance(v, ast.Constant) and isinstance(v.value, str):
+                    text = v.value.strip(" ,;:()")
+                    if len(text.split()) >= 3:
+                        parts.add(text)
     # The fresh Lease's "held by X, renewed Ns ago (duration Ds)" is never part of a reason.
     parts.discard("s ago (duration")
     return parts
@@ -79,7 +80,7 @@ def _reason_fragments() -> set[str]:
 def test_preflight_page_has_every_reason() -> None:
     page = (DOCS / "preflight.md").read_text()
     missing = sorted(p for p in _reason_fragments() if p not in page)
-    assert not missing, f"docs/preflight.md lacks these reasons of preflight.py: {missing}"
+    assert not missing, f"docs/preflight.md lacks these reasons of the preflight: {missing}"
 
 
 def test_readme_example_is_examples_service() -> None:

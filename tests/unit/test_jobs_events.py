@@ -16,6 +16,8 @@ from dispatch_kubeflow.events import job_event, name_pattern, of_job
 from dispatch_kubeflow.jobs import list_jobs, listing
 from dispatch_kubeflow.kube import Resource
 from dispatch_kubeflow.kube import resources as r
+from dispatch_kubeflow.mode_kueue import KueueMode
+from dispatch_kubeflow.mode_plain import PlainMode
 from dispatch_kubeflow.settings import Settings
 
 JOB = JobID("01KQ7ZJ8C5T9W1XG8M2N3P4R5S")
@@ -83,13 +85,13 @@ def test_listing_observes_each_job_with_its_own_objects() -> None:
 async def test_list_jobs_is_one_list_per_kind() -> None:
     many = [trainjob(JobID.new(), 1, f"u{i}") for i in range(50)]
     kube = ListingKube({r.TRAINJOB: many, r.WORKLOAD: [workload("u3", "QuotaReserved")]})
-    out = await list_jobs(kube, NS, kueue=True)  # type: ignore[arg-type]
+    out = await list_jobs(kube, NS, KueueMode.listed)  # type: ignore[arg-type]
     assert len(out) == 50
     assert sorted(kube.lists) == [("pods", names.JOBSET_NAME_LABEL),
                                   ("trainjobs", names.JOB_ID_LABEL),
                                   ("workloads", names.KUEUE_JOB_UID_LABEL)]
     plain = ListingKube({r.TRAINJOB: many})
-    await list_jobs(plain, NS, kueue=False)  # type: ignore[arg-type]
+    await list_jobs(plain, NS, PlainMode.listed)  # type: ignore[arg-type]
     assert [p for p, _ in plain.lists] == ["trainjobs", "pods"]
 
 

@@ -186,7 +186,9 @@ async def answers() -> AsyncIterator[Answers]:
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_transport_maps_status_bodies_and_bare_answers(answers: Answers) -> None:
     cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{answers.port}")
-    async with Kube(k8s_client.ApiClient(configuration=cfg), request_timeout=2.0) as kube:
+    # transient_window=0: each answer as it came, not ridden out (test_transient_retry.py)
+    async with Kube(k8s_client.ApiClient(configuration=cfg), request_timeout=2.0,
+                    transient_window=0) as kube:
         answers.next = [web.json_response(RUNTIME_NOT_SEEN, status=403),
                         web.Response(status=500, text="upstream broke"),
                         web.Response(status=503),

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import plain_admission_patch as admission_patch
 from dispatch_kubeflow.gate import removal_patch
@@ -50,14 +51,14 @@ def test_hold_annotations_and_release_patch() -> None:
                    names.HOLD_WHO: "human:tutorial", names.HOLD_UNTIL: "2026-05-01T13:00:00Z",
                    names.HOLD_REASON: "why"}
     wl = {"metadata": {"annotations": {**ann, "other": "x"}}}
-    ops = release_patch(wl, 3, kueue=True)
+    ops = release_patch(wl, 3, reactivate=True)
     assert ops[0] == {"op": "test",
                       "path": "/metadata/annotations/dispatch.phpboyscout.uk~1hold-instance",
                       "value": "3"}
     assert {o["path"].rsplit("~1", 1)[-1] for o in ops[1:-1]} == {
         "hold-instance", "hold-since", "hold-who", "hold-until", "hold-reason"}
     assert ops[-1] == {"op": "add", "path": "/spec/active", "value": True}
-    assert release_patch(wl, 3, kueue=False)[-1]["op"] == "remove"
+    assert release_patch(wl, 3, reactivate=False)[-1]["op"] == "remove"
 
 
 def test_plain_admission_patch_raises_a_once() -> None:
@@ -105,7 +106,7 @@ def test_cluster_queue_check_rules() -> None:
 def test_probe_is_closed_and_unschedulable() -> None:
     job = JobID.new(NOW)
     runtime = {"spec": {"template": {"spec": {"replicatedJobs": [{"name": "node"}]}}}}
-    body = probe_body(SETTINGS, runtime, job)
+    body = probe_body(SETTINGS, select_mode(SETTINGS), runtime, job)
     assert body["metadata"]["name"] == f"dj-probe-{job.lower()}"
     assert len(body["metadata"]["name"]) <= 63
     assert body["metadata"]["annotations"][names.ADMISSION_GATED_BY] == names.GATE
@@ -129,7 +130,7 @@ def test_injection_check() -> None:
 
 
 def test_every_permission_names_a_capability() -> None:
-    perms = permissions(SETTINGS)
+    perms = permissions(SETTINGS, select_mode(SETTINGS))
     assert all(p.needed_by for p in perms)
     assert "patch workloads.kueue.x-k8s.io in tutorial" in {str(p) for p in perms}
     assert "get leases.coordination.k8s.io in dispatch-system" in {str(p) for p in perms}
@@ -159,8 +160,8 @@ def test_current_pod(pods: list[dict[str, Any]], a_by_sub: dict[int, int], want:
 
 
 def test_orphaned_workload_belongs_to_its_job() -> None:
+    from dispatch_kubeflow.find import _belongs, trainjob_name_pattern
     from dispatch_kubeflow.kube.resources import WORKLOAD
-    from dispatch_kubeflow.stop import _belongs, trainjob_name_pattern
 
     job, other = JobID.new(), JobID.new()
     orphan = {"metadata": {"name": "trainjob-x", "labels": {names.KUEUE_JOB_UID_LABEL: "gone"}},
@@ -171,7 +172,7 @@ def test_orphaned_workload_belongs_to_its_job() -> None:
 
 
 def test_newest_workload_prefers_live() -> None:
-    from dispatch_kubeflow.backend import newest_workload
+    from dispatch_kubeflow.state import newest_workload
 
     old = {"metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}}
     going = {"metadata": {"name": "b", "creationTimestamp": "2026-01-02T00:00:00Z",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatch_kubeflow import AdapterConfig, SettingsError, open_backend
+from dispatch_kubeflow import AdapterConfig, Backend, SettingsError, open_backend
 from dispatch_kubeflow.registry import register
 
 
@@ -24,8 +24,8 @@ async def test_bad_settings_fail_before_any_connection() -> None:
 
 
 def test_register_twice_refused() -> None:
-    async def f(config: AdapterConfig) -> object:
-        return object()
+    async def f(config: AdapterConfig) -> Backend:
+        raise AssertionError("never opened: only registered")
 
     register("unit-test-backend", f)
     register("unit-test-backend", f)  # the same factory again is fine

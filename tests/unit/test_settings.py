@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.errors import SettingsError
 from dispatch_kubeflow.settings import Settings, parse_duration
 
@@ -40,13 +41,13 @@ def test_seed_section_parses_from_bytes() -> None:
     assert s.timeouts.request == timedelta(seconds=10)
     assert s.timeouts.stop_job == timedelta(minutes=3)
     assert s.timeouts.preflight_probe == timedelta(seconds=10)
-    assert s.mode == "kueue"
+    assert select_mode(s).name == "kueue"
 
 
 def test_no_kueue_is_plain_mode() -> None:
     doc = dict(SEED)
     del doc["kueue"]
-    assert Settings.parse(doc).mode == "plain"
+    assert select_mode(Settings.parse(doc)).name == "plain"
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

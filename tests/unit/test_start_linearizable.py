@@ -17,6 +17,7 @@ import pytest
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow import start as start_mod
+from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME, TRAINJOB
@@ -27,6 +28,7 @@ from tests.unit.fake_kube import FakeKube
 pytestmark = pytest.mark.asyncio
 JOB = JobID.new(datetime(2026, 5, 1, tzinfo=UTC), bytes(10))
 PLAIN = Settings.parse({"namespace": "ns", "probeRuntime": {"name": "dispatch-kind"}})
+PLAIN_MODE = select_mode(PLAIN)
 SOURCE = {"metadata": {"name": "dispatch-kind", "labels": {"x": "y"}}, "spec": {
     "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
         "template": {"spec": {"containers": [{"name": "node", "image": "i"}]}}}}}]}}}}
@@ -78,7 +80,8 @@ async def test_concurrent_starts_end_linearizable_under_every_seed(n: int) -> No
         k = await fake(seed * 10 + n)
         distinct = min(n, 3)
         reqs = [request(i % distinct) for i in range(n)]
-        outcomes = await asyncio.gather(*(start_mod.start(as_kube(k), PLAIN, r) for r in reqs),
+        outcomes = await asyncio.gather(*(start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, r)
+                                          for r in reqs),
                                         return_exceptions=True)
         try:
             check_linearizable(k, reqs, list(outcomes))
@@ -97,11 +100,11 @@ async def test_a_copy_left_by_another_request_is_refused_not_replaced() -> None:
         digest=start_mod.spec_hash(first), image=image,
         request=json.dumps(start_mod.request_doc(first))), "ns")
     with pytest.raises(errors.ConflictError, match="attempt 1 there, 2 here") as exc:
-        await start_mod.start(as_kube(k), PLAIN, second)
+        await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, second)
     assert "start that request again" in str(exc.value)
     assert k.all(TRAINJOB) == []
     # The interrupted request's own Start completes it.
-    ref = await start_mod.start(as_kube(k), PLAIN, first)
+    ref = await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, first)
     assert [t["metadata"]["uid"] for t in k.all(TRAINJOB)] == [ref.uid]
     check_linearizable(k, [first], [ref])
 
@@ -128,7 +131,7 @@ async def test_a_copy_swapped_under_start_makes_it_delete_its_own_trainjob() -> 
                 **other_copy["metadata"], "uid": "other", "resourceVersion": "999"}}
     k.before = swap
     with pytest.raises(errors.ConflictError, match="removed or replaced"):
-        await start_mod.start(as_kube(k), PLAIN, mine)
+        await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, mine)
     assert swapped
     assert k.all(TRAINJOB) == []  # deleted again, under its own UID
     assert [c["metadata"]["uid"] for c in k.all(TRAINING_RUNTIME)] == ["other"]
@@ -148,7 +151,7 @@ async def test_the_owner_patch_lands_only_on_the_copy_it_judged() -> None:
             obj["metadata"].setdefault("labels", {})["touched"] = "1"
             k._bump(obj)
     k.before = touch
-    ref = await start_mod.start(as_kube(k), PLAIN, req)
+    ref = await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, req)
     assert bumped
     check_linearizable(k, [req], [ref])
     assert k.all(TRAINING_RUNTIME)[0]["metadata"]["labels"]["touched"] == "1"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.errors import SpecError
 from dispatch_kubeflow.model import (
@@ -86,7 +87,8 @@ def test_hash_tracks_the_request() -> None:
 
 def test_trainjob_is_closed_and_labelled() -> None:
     req, name, image, _ = validate(request())
-    body = trainjob_body(req, SETTINGS, name=name, image=image, digest="sha256:d")
+    body = trainjob_body(req, SETTINGS, select_mode(SETTINGS), name=name, image=image,
+                         digest="sha256:d")
     meta = body["metadata"]
     assert meta["annotations"][names.ADMISSION_GATED_BY] == names.GATE
     assert meta["annotations"][names.SPEC_HASH] == "sha256:d"
@@ -102,7 +104,7 @@ def test_trainjob_is_closed_and_labelled() -> None:
 def test_plain_trainjob_has_no_kueue_marks() -> None:
     plain = Settings.parse({"namespace": "t", "probeRuntime": {"name": "r"}})
     req, name, image, _ = validate(request())
-    body = trainjob_body(req, plain, name=name, image=image, digest="d")
+    body = trainjob_body(req, plain, select_mode(plain), name=name, image=image, digest="d")
     assert names.ADMISSION_GATED_BY not in body["metadata"]["annotations"]
     assert names.QUEUE_NAME_LABEL not in body["metadata"]["labels"]
     assert body["spec"]["suspend"] is True

@@ -12,7 +12,7 @@ import pytest
 
 from dispatch_kubeflow.errors import DeadlineExceeded
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
-from dispatch_kubeflow.kube.transport import Backoff
+from dispatch_kubeflow.kube.transport import WatchBackoff
 from dispatch_kubeflow.waits import Watched, deadline_after, wait_for, wait_for_all, within
 from tests.unit.fake_kube import FakeKube
 
@@ -80,7 +80,7 @@ async def test_wait_for_sees_a_deletion(seed: int) -> None:
 async def test_a_410_forces_a_relist_that_finds_what_the_watch_missed() -> None:
     # No yields inside the fake's calls: nothing else runs between end_watches and compact;
     # the back-off after the watch's quick end is not the point.
-    k = FakeKube(max_yields=0, backoff=Backoff(first=0.001))
+    k = FakeKube(max_yields=0, watch_backoff=WatchBackoff(first=0.001))
     await k.create(POD, pod("p"), "ns")
     waiter = asyncio.create_task(wait_for(k, POD, "ns", running))
     await started(k, "watch")

@@ -28,7 +28,7 @@ from dispatch_kubeflow import errors
 from dispatch_kubeflow.errors import DeadlineExceeded
 from dispatch_kubeflow.kube import Kube, transport
 from dispatch_kubeflow.kube import resources as r
-from dispatch_kubeflow.kube.transport import Backoff, WatchEvent
+from dispatch_kubeflow.kube.transport import WatchBackoff, WatchEvent
 from dispatch_kubeflow.waits import Watched, deadline_after, wait_for_all, within
 
 pytestmark = pytest.mark.asyncio
@@ -142,8 +142,9 @@ def free_port() -> int:
 # The transport's timing, a quarter of its defaults (the grace far less than its 30 s), so
 # that the tests are quick; every time a test waits or expects is in the same scale.
 SCALE = 0.25
-BACKOFF = Backoff(first=transport.BACKOFF.first * SCALE, most=transport.BACKOFF.most * SCALE,
-                  quick_end=transport.BACKOFF.quick_end * SCALE)
+SCALED = WatchBackoff(first=transport.WATCH_BACKOFF.first * SCALE,
+                      most=transport.WATCH_BACKOFF.most * SCALE,
+                      quick_end=transport.WATCH_BACKOFF.quick_end * SCALE)
 GRACE = 0.1
 
 
@@ -152,11 +153,13 @@ GRACE = 0.1
 UNUSED_CA = str(Path(__file__).with_name("unused_ca.pem"))
 
 
-async def connect(port: int, *, backoff: Backoff = BACKOFF) -> Kube:
+async def connect(port: int, *, backoff: WatchBackoff = SCALED) -> Kube:
     cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{port}")
     cfg.ssl_ca_cert = UNUSED_CA
+    # transient_window=0: these tests see each failure as the transport meets it; riding
+    # failures out is test_transient_retry.py's.
     return Kube(k8s_client.ApiClient(configuration=cfg), request_timeout=2.0,
-                watch_grace=GRACE, backoff=backoff)
+                watch_grace=GRACE, watch_backoff=backoff, transient_window=0)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -339,8 +342,8 @@ async def test_watches_that_end_at_once_are_backed_off(api: FakeApi) -> None:
         return await sends(then="end")(request, api)
 
     api.watches = [ends_at_once] * 20
-    k = await connect(api.port, backoff=Backoff(first=BACKOFF.first, most=BACKOFF.most,
-                                                quick_end=60))
+    k = await connect(api.port, backoff=WatchBackoff(first=SCALED.first, most=SCALED.most,
+                                                     quick_end=60))
     stream = k.observe(r.POD, NS, timeout_seconds=5)
     first = asyncio.ensure_future(take(stream, 2, limit=5))
     try:
@@ -353,7 +356,7 @@ async def test_watches_that_end_at_once_are_backed_off(api: FakeApi) -> None:
         await k.close()
     # not as fast as the loop can spin: 0.2, 0.4, 0.8 s apart (times SCALE), at least
     gaps = [b - a for a, b in itertools.pairwise(times[:n])]
-    assert all(g >= BACKOFF.first * 2**i * 0.95 for i, g in enumerate(gaps)), gaps
+    assert all(g >= SCALED.first * 2**i * 0.95 for i, g in enumerate(gaps)), gaps
 
 
 @pytest.mark.parametrize("status", [429, 500, 503])

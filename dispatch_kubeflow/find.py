@@ -1,0 +1,154 @@
+"""Find: what exists of a job, orphans included.
+
+``find(job)`` lists what exists of a job in the namespace: TrainJobs, runtime copies,
+JobSets, Jobs and pods by the ``dispatch.phpboyscout.uk/job-id`` label (the runtime copy
+puts it on the JobSet, Job and pod templates), JobSets also by name (a JobSet is named as
+its TrainJob), and Workloads (Kueue mode: the mode names the kinds) by
+``kueue.x-k8s.io/job-uid``, by an ownerReference to one of the job's TrainJobs, or by the
+job-id label on their pod sets' templates (an orphaned Workload has neither owner nor a
+TrainJob to match). StopJob (:mod:`dispatch_kubeflow.stop`) deletes what it finds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import labels_of, meta
+from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube.resources import (
+    JOB,
+    JOBSET,
+    POD,
+    TRAINING_RUNTIME,
+    TRAINJOB,
+    WORKLOAD,
+)
+from dispatch_kubeflow.model import JobID, ObjectRef
+
+log = logging.getLogger(__name__)
+
+KINDS: tuple[Resource, ...] = (TRAINJOB, WORKLOAD, JOBSET, JOB, TRAINING_RUNTIME, POD)
+"""Every kind a job may have, owners first: the order StopJob deletes them in, so the
+garbage collector does most of the work. A mode without Workloads leaves WORKLOAD out."""
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One object of the job, as listed."""
+
+    res: Resource
+    obj: dict[str, Any]
+
+    @property
+    def uid(self) -> str:
+        return str(meta(self.obj).get("uid", ""))
+
+    @property
+    def ref(self) -> ObjectRef:
+        m = meta(self.obj)
+        return ObjectRef(namespace=str(m.get("namespace", "")), name=str(m["name"]),
+                         kind=self.res.kind, api_version=self.res.api_version, uid=self.uid)
+
+
+@dataclass
+class Findings:
+    found: list[Found]
+    unreadable: list[Resource]
+    """Kinds whose list failed (not counting a kind the cluster does not serve)."""
+    versions: dict[Resource, str] = field(default_factory=dict)
+    """The resourceVersion of each kind's list (a watch from it misses nothing)."""
+    failures: dict[Resource, errors.KubeError] = field(default_factory=dict)
+    """Why each unreadable kind could not be listed."""
+
+
+def selector(res: Resource, job: JobID) -> str | None:
+    """The label selector ``find`` lists ``res`` with (None: the whole namespace)."""
+    # JobSets and Workloads may lack the label: list them all and match by name/owner.
+    return None if res in (JOBSET, WORKLOAD) else f"{names.JOB_ID_LABEL}={job}"
+
+
+def trainjob_name_pattern(job: JobID) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(names.trainjob_name(job, 0)[:-1])}\d+$")
+
+
+def _belongs(res: Resource, obj: Mapping[str, Any], job: JobID, owners: set[str],
+             pattern: re.Pattern[str]) -> bool:
+    if labels_of(obj).get(names.JOB_ID_LABEL) == str(job):
+        return True
+    if res is JOBSET and pattern.match(str(meta(obj).get("name", ""))):
+        return True
+    if res is WORKLOAD and (labels_of(obj).get(names.KUEUE_JOB_UID_LABEL) in owners
+                            or _workload_of_job(obj, job)):
+        return True
+    for owner in meta(obj).get("ownerReferences") or []:
+        if owner.get("uid") in owners:
+            return True
+        if owner.get("kind") == "TrainJob" and pattern.match(str(owner.get("name", ""))):
+            return True
+    return False
+
+
+def _workload_of_job(workload: Mapping[str, Any], job: JobID) -> bool:
+    """A Workload whose pod sets carry the job's label (copied by Kueue from the runtime
+    copy's pod template): found even when its TrainJob is gone and it lost its owner."""
+    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+        if labels_of(pod_set.get("template")).get(names.JOB_ID_LABEL) == str(job):
+            return True
+    return False
+
+
+async def find(kube: Kube, namespace: str, job: JobID, kinds: Sequence[Resource], *,
+               known_uids: Iterable[str] = ()) -> Findings:
+    """Everything of ``job`` of the ``kinds`` in ``namespace``; see the module docstring."""
+    pattern = trainjob_name_pattern(job)
+    versions: dict[Resource, str] = {}
+    failures: dict[Resource, errors.KubeError] = {}
+
+    async def one(res: Resource) -> tuple[Resource, list[dict[str, Any]] | None]:
+        try:
+            items, rv = await kube.list(res, namespace, label_selector=selector(res, job))
+        except errors.KubeNotFound:
+            return res, []  # the cluster does not serve this kind: nothing of it exists
+        except errors.KubeError as exc:
+            log.warning("find %s: cannot list %s: %s", job, res.plural, exc)
+            failures[res] = exc
+            return res, None
+        versions[res] = rv
+        return res, items
+
+    listed = await asyncio.gather(*(one(k) for k in kinds))
+    owners = set(known_uids)
+    for res, items in listed:
+        if res is TRAINJOB and items:
+            owners.update(str(meta(o).get("uid")) for o in items)
+    found: list[Found] = []
+    unreadable: list[Resource] = []
+    for res, items in listed:
+        if items is None:
+            unreadable.append(res)
+            continue
+        found += [Found(res, o) for o in items if _belongs(res, o, job, owners, pattern)]
+    return Findings(found, unreadable, versions, failures)
+
+
+async def find_refs(kube: Kube, namespace: str, job: JobID,
+                    kinds: Sequence[Resource]) -> tuple[ObjectRef, ...]:
+    """Every object of the job that exists; a KubeError when a kind could not be listed."""
+    found = await find(kube, namespace, job, kinds)
+    if found.unreadable:
+        # The first failure's status and reason carry over, so a caller can tell an
+        # unreachable server from a refusal.
+        first = found.failures.get(found.unreadable[0])
+        raise errors.KubeError(
+            "find: cannot list " + ", ".join(r.plural for r in found.unreadable)
+            + (f": {first}" if first else ""), status=first.status if first else 0,
+            reason=first.reason if first else "", body=first.body if first else None
+        ) from first
+    return tuple(f.ref for f in found.found)

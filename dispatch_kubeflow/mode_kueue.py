@@ -1,0 +1,131 @@
+"""Kueue mode: Kueue admits the TrainJobs, dispatch's admission controller gates readmission.
+
+A TrainJob is created with Kueue's queue labels and dispatch's ``admission-gated-by`` gate,
+and Start waits for Kueue's Workload; Open removes the gate (:mod:`dispatch_kubeflow.gate`);
+Hold and Release act on the Workload (:mod:`dispatch_kubeflow.hold`), and the admission
+controller releases an expired hold and raises A. This is the only module that reads the
+settings' ``kueue`` section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from dispatch_kubeflow import errors, gate, hold, preflight
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import meta
+from dispatch_kubeflow.find import KINDS
+from dispatch_kubeflow.jobs import Listed
+from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
+from dispatch_kubeflow.model import CapabilityStatus, HoldMeta, ObjectRef
+from dispatch_kubeflow.preflight import access, probe_watch, readmission
+from dispatch_kubeflow.settings import KueueSettings, Settings
+from dispatch_kubeflow.state import newest_workload
+from dispatch_kubeflow.waits import Watched, deadline_after, wait_for, within
+
+Obj = dict[str, Any]
+
+
+class KueueMode:
+    """Kueue mode (see the module docstring)."""
+
+    name = "kueue"
+    kinds: tuple[Resource, ...] = KINDS
+    listed: Listed = ((WORKLOAD, names.KUEUE_JOB_UID_LABEL),)
+
+    def __init__(self, settings: Settings, kueue: KueueSettings) -> None:
+        self.settings = settings
+        self.kueue = kueue
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KueueMode | None:
+        """Kueue mode, when the settings have a ``kueue`` section (None: they have not)."""
+        return cls(settings, settings.kueue) if settings.kueue is not None else None
+
+    # --- start and open -------------------------------------------------------------------
+    def trainjob_labels(self) -> dict[str, str]:
+        labels = {names.QUEUE_NAME_LABEL: self.kueue.local_queue}
+        if self.kueue.priority_class:
+            labels[names.PRIORITY_CLASS_LABEL] = self.kueue.priority_class
+        return labels
+
+    def closed_annotations(self) -> dict[str, str]:
+        return {names.ADMISSION_GATED_BY: names.GATE}
+
+    async def started(self, kube: Kube, trainjob: Mapping[str, Any]) -> None:
+        """Wait for Kueue's Workload of the TrainJob (``timeouts.start``)."""
+        uid = meta(trainjob)["uid"]
+        limit = self.settings.timeouts.start
+        async with within(deadline_after(limit),
+                          f"Start of TrainJob {meta(trainjob)['name']}: waiting for Kueue's "
+                          f"Workload ({limit})"):
+            await wait_for(kube, WORKLOAD, self.settings.namespace,
+                           lambda wls: True if wls else None,
+                           label_selector=f"{names.KUEUE_JOB_UID_LABEL}={uid}")
+
+    async def open(self, kube: Kube, ref: ObjectRef) -> None:
+        await gate.open_kueue_gate(kube, ref.namespace, ref.name)
+
+    # --- inspect and wait -----------------------------------------------------------------
+    async def workload(self, kube: Kube, trainjob: Mapping[str, Any]) -> Obj | None:
+        m = meta(trainjob)
+        items, _ = await kube.list(
+            WORKLOAD, m["namespace"], label_selector=f"{names.KUEUE_JOB_UID_LABEL}={m['uid']}")
+        return newest_workload(items)
+
+    def watched(self, namespace: str, uid: str) -> list[Watched]:
+        return [Watched(WORKLOAD, namespace,
+                        label_selector=f"{names.KUEUE_JOB_UID_LABEL}={uid}")]
+
+    def hold_expiry(self, trainjob: Mapping[str, Any] | None,
+                    pods: Sequence[Mapping[str, Any]]) -> datetime | None:
+        return None  # the admission controller releases an expired hold
+
+    async def release_expired(self, kube: Kube, ref: ObjectRef) -> None:
+        return None  # the admission controller releases an expired hold
+
+    # --- hold and release -----------------------------------------------------------------
+    async def hold(self, kube: Kube, ref: ObjectRef, meta: HoldMeta) -> None:
+        await hold.hold_workload(kube, await self._require_workload(kube, ref), meta)
+
+    async def release(self, kube: Kube, ref: ObjectRef, instance: int) -> bool:
+        return await hold.release_workload(kube, await self._require_workload(kube, ref),
+                                           instance)
+
+    async def _require_workload(self, kube: Kube, ref: ObjectRef) -> Obj:
+        trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
+        if trainjob is None:
+            raise errors.NotFound(f"TrainJob {ref.id} not found")
+        workload = await self.workload(kube, trainjob)
+        if workload is None:
+            raise errors.NotFound(f"TrainJob {ref.id} has no Workload (yet)")
+        return workload
+
+    # --- what the preflight proves --------------------------------------------------------
+    def api_versions(self) -> list[tuple[str, str]]:
+        return [(names.KUEUE_GROUP, names.KUEUE_VERSION)]
+
+    def permissions(self, namespace: str) -> list[access.Permission]:
+        return access.kueue_permissions(namespace)
+
+    def hold_reason(self, namespace: str) -> str:
+        return access.kueue_hold_reason(namespace)
+
+    async def prove_readmission(self, kube: Kube, watch_for: float) -> CapabilityStatus:
+        return await readmission.check_readmission(kube, self.settings.namespace, self.kueue,
+                                                   watch_for)
+
+    async def watch_probe(self, kube: Kube, namespace: str, probe: Mapping[str, Any],
+                          seen: probe_watch.ProbeWatch) -> None:
+        await probe_watch.watch_workload(kube, namespace, str(meta(probe)["uid"]), seen)
+
+    def judge_probe(self, name: str, seen: probe_watch.ProbeWatch,
+                    seconds: float) -> CapabilityStatus:
+        return probe_watch.judge_gated(name, seen, seconds)
+
+    def judge_a_writes(self, probe: str, who: str, a_write: errors.KubeError | None,
+                       control: errors.KubeError | None) -> CapabilityStatus:
+        return preflight.judge_kueue_a_writes(probe, who, a_write, control)

@@ -1,0 +1,124 @@
+"""Plain mode: no Kueue, no controller; the TrainJob's ``spec.suspend`` is the gate.
+
+A TrainJob is created suspended; Open is its first admission and Release of a job opened
+before is another (:mod:`dispatch_kubeflow.admission_count`: wait for the old pods, raise
+A, unsuspend); Hold suspends the TrainJob and records itself on it. Nobody else is there to
+release an expired hold, so the library does, where it acts anyway: in
+:meth:`Backend.wait <dispatch_kubeflow.backend.Backend.wait>` (never in ``inspect``, which
+only reads) and, for the hold's own instance, in Release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from dispatch_kubeflow import errors, hold, observe, preflight, state
+from dispatch_kubeflow.admission_count import admit_plain
+from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.find import KINDS
+from dispatch_kubeflow.jobs import Listed
+from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
+from dispatch_kubeflow.model import CapabilityStatus, HoldMeta, ObjectRef
+from dispatch_kubeflow.preflight import access, probe_watch, readmission
+from dispatch_kubeflow.settings import Settings
+from dispatch_kubeflow.waits import Watched, deadline_after, within
+
+Obj = dict[str, Any]
+
+
+class PlainMode:
+    """Plain mode (see the module docstring)."""
+
+    name = "plain"
+    kinds: tuple[Resource, ...] = tuple(k for k in KINDS if k is not WORKLOAD)
+    listed: Listed = ()
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    # --- start and open -------------------------------------------------------------------
+    def trainjob_labels(self) -> dict[str, str]:
+        return {}
+
+    def closed_annotations(self) -> dict[str, str]:
+        return {}  # created suspended: that is the gate
+
+    async def started(self, kube: Kube, trainjob: Mapping[str, Any]) -> None:
+        return None  # nothing makes anything of a suspended TrainJob
+
+    async def open(self, kube: Kube, ref: ObjectRef) -> None:
+        trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
+        if trainjob is None:
+            raise errors.NotFound(f"TrainJob {ref.id} not found")
+        if state.hold_instance(trainjob):
+            raise errors.HoldError(
+                f"TrainJob {ref.id} is held (instance {state.hold_instance(trainjob)}): in "
+                "plain mode the start gate and the hold are both spec.suspend, so open it "
+                "after Release")
+
+        def never_opened(tj: Mapping[str, Any]) -> bool:
+            return admissions(tj) == 0 and not state.hold_instance(tj)
+
+        async with within(deadline_after(self.settings.timeouts.start), f"Open of {ref.id}"):
+            await admit_plain(kube, ref.namespace, ref.name, should_admit=never_opened)
+
+    # --- inspect and wait -----------------------------------------------------------------
+    async def workload(self, kube: Kube, trainjob: Mapping[str, Any]) -> Obj | None:
+        return None
+
+    def watched(self, namespace: str, uid: str) -> list[Watched]:
+        return []
+
+    def hold_expiry(self, trainjob: Mapping[str, Any] | None,
+                    pods: Sequence[Mapping[str, Any]]) -> datetime | None:
+        """The hold's ``hold-until``, once no pod of the job is left (the release waits for
+        them anyway), when the TrainJob carries dispatch's hold."""
+        if trainjob is None or pods:
+            return None
+        obs = state.observe(trainjob, None, pods)
+        return obs.hold_until if obs.hold_instance else None
+
+    async def release_expired(self, kube: Kube, ref: ObjectRef) -> None:
+        """Release the TrainJob's hold, whatever its instance, if it expired."""
+        trainjob, _, pods = await observe.read(kube, self, ref)
+        until = self.hold_expiry(trainjob, pods)
+        if until is None or until > datetime.now(UTC):
+            return
+        async with within(deadline_after(self.settings.timeouts.request),
+                          f"release of the expired hold of {ref.id}"):
+            await hold.release_trainjob(kube, ref.namespace, ref.name, None)
+
+    # --- hold and release -----------------------------------------------------------------
+    async def hold(self, kube: Kube, ref: ObjectRef, meta: HoldMeta) -> None:
+        await hold.hold_trainjob(kube, ref.namespace, ref.name, meta)
+
+    async def release(self, kube: Kube, ref: ObjectRef, instance: int) -> bool:
+        return await hold.release_trainjob(kube, ref.namespace, ref.name, instance)
+
+    # --- what the preflight proves --------------------------------------------------------
+    def api_versions(self) -> list[tuple[str, str]]:
+        return []
+
+    def permissions(self, namespace: str) -> list[access.Permission]:
+        return access.plain_permissions(namespace)
+
+    def hold_reason(self, namespace: str) -> str:
+        return access.plain_hold_reason(namespace)
+
+    async def prove_readmission(self, kube: Kube, watch_for: float) -> CapabilityStatus:
+        return readmission.plain_readmission()
+
+    async def watch_probe(self, kube: Kube, namespace: str, probe: Mapping[str, Any],
+                          seen: probe_watch.ProbeWatch) -> None:
+        await probe_watch.watch_suspend(kube, namespace, str(probe["metadata"]["name"]), seen)
+
+    def judge_probe(self, name: str, seen: probe_watch.ProbeWatch,
+                    seconds: float) -> CapabilityStatus:
+        return probe_watch.judge_suspended(name, seen, seconds)
+
+    def judge_a_writes(self, probe: str, who: str, a_write: errors.KubeError | None,
+                       control: errors.KubeError | None) -> CapabilityStatus:
+        return preflight.judge_plain_a_writes(probe, who, a_write, control)

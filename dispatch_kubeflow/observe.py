@@ -1,0 +1,129 @@
+"""Inspect and wait: read a job's objects and apply the state table to them.
+
+What is read beyond the TrainJob and its pods is the mode's (:class:`ObserveMode`): Kueue
+mode also reads the TrainJob's Workload. Inspect only reads. A wait is a watch, not a poll,
+and it is where plain mode's library acts on a hold that expired (plain mode has no
+controller to do it): see :func:`wait`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from dispatch_kubeflow import errors, state
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import meta
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.resources import POD, TRAINJOB
+from dispatch_kubeflow.model import ObjectRef, ObjectState, Observation
+from dispatch_kubeflow.waits import Watched, wait_for_all
+
+Obj = dict[str, Any]
+
+
+class ObserveMode(Protocol):
+    """What inspect and wait need of the mode."""
+
+    async def workload(self, kube: Kube, trainjob: Mapping[str, Any]) -> Obj | None:
+        """The TrainJob's Workload, if the mode has one."""
+        ...
+
+    def watched(self, namespace: str, uid: str) -> list[Watched]:
+        """What a wait watches beyond the TrainJob and its pods (the Workload's list)."""
+        ...
+
+    def hold_expiry(self, trainjob: Mapping[str, Any] | None,
+                    pods: Sequence[Mapping[str, Any]]) -> datetime | None:
+        """When the library must release the job's hold itself (None: never, or not now)."""
+        ...
+
+    async def release_expired(self, kube: Kube, ref: ObjectRef) -> None:
+        """Release the job's hold if it expired and the library is the one to release it."""
+        ...
+
+
+async def read(kube: Kube, mode: ObserveMode, ref: ObjectRef
+               ) -> tuple[Obj | None, Obj | None, list[Obj]]:
+    """The job's TrainJob, Workload (the mode's) and pods, as they are now."""
+    trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
+    pods, _ = await kube.list(POD, ref.namespace,
+                              label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+    workload = await mode.workload(kube, trainjob) if trainjob is not None else None
+    return trainjob, workload, pods
+
+
+async def inspect(kube: Kube, mode: ObserveMode, ref: ObjectRef) -> Observation:
+    """The job's state (see :mod:`dispatch_kubeflow.state`). Reads only, in every mode."""
+    return state.observe(*await read(kube, mode, ref))
+
+
+async def wait(kube: Kube, mode: ObserveMode, ref: ObjectRef,
+               want: frozenset[ObjectState]) -> Observation:
+    """Watch until the job is in a state of ``want``; the caller bounds the wait.
+
+    When the mode says a hold is the library's to release once expired (plain mode), the
+    wait releases it at its expiry and goes on watching: a caller waiting for RUNNING sees
+    the job run again as it would in Kueue mode, where the admission controller releases
+    it.
+    """
+    while True:
+        found = await _watch_state(kube, mode, ref, want)
+        if found is not None:
+            return found
+        await mode.release_expired(kube, ref)
+        obs = await inspect(kube, mode, ref)
+        if obs.state in want:
+            return obs
+
+
+async def _watch_state(kube: Kube, mode: ObserveMode, ref: ObjectRef,
+                       want: frozenset[ObjectState]) -> Observation | None:
+    """Watch until a state in ``want`` (an Observation), or until a hold the library must
+    release expired (None)."""
+    ns, name = ref.namespace, ref.name
+    uid = ref.uid
+    if not uid:
+        trainjob = await kube.get_or_none(TRAINJOB, name, ns)
+        if trainjob is None:
+            obs = state.observe(None, None, [])
+            if obs.state in want:
+                return obs
+            raise errors.NotFound(f"TrainJob {ref.id} not found")
+        uid = str(meta(trainjob)["uid"])
+    watched = [Watched(TRAINJOB, ns, field_selector=f"metadata.name={name}"),
+               Watched(POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={name}"),
+               *mode.watched(ns, uid)]
+    loop = asyncio.get_running_loop()
+    expiry = asyncio.timeout(None)  # rescheduled to the expiry of a hold seen while watching
+    expired: list[bool] = []
+
+    def judge(current: Sequence[Mapping[str, Obj]]) -> Observation | None:
+        trainjob = current[0].get(name)
+        if trainjob is not None and str(meta(trainjob).get("uid")) != uid:
+            trainjob = None  # a newer TrainJob of the same name is not this job
+        pods = list(current[1].values())
+        workload = state.newest_workload(current[2].values()) if len(current) > 2 else None
+        obs = state.observe(trainjob, workload, pods)
+        until = mode.hold_expiry(trainjob, pods)
+        if until is not None:
+            left = (until - datetime.now(UTC)).total_seconds()
+            if left <= 0:
+                expired.append(True)
+                return obs
+            # No event marks the moment a hold expires: wake up then.
+            expiry.reschedule(loop.time() + left)
+        else:
+            expiry.reschedule(None)
+        return obs if obs.state in want else None
+
+    try:
+        async with expiry:
+            obs = await wait_for_all(kube, watched, judge)
+    except TimeoutError:
+        if not expiry.expired():
+            raise  # the caller's deadline, not the hold's expiry
+        return None
+    return None if expired else obs

@@ -1,0 +1,180 @@
+"""Requests ride out transient API failures (dispatch_kubeflow.kube.retry), inside the
+caller's deadline, and send again only what is safe to send again.
+
+A small HTTP server on 127.0.0.1 answers with the failures a restarting or loaded API server
+gives (503, 429 with retryAfterSeconds, a refused connection, 500); what is tested is our
+transport's reaction, not Kubernetes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+from kubernetes_asyncio import client as k8s_client
+
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.kube import Kube, retry
+from dispatch_kubeflow.kube import resources as r
+from dispatch_kubeflow.waits import within
+
+NS = "ns"
+
+
+def _status(code: int, reason: str, **details: Any) -> web.Response:
+    body = {"kind": "Status", "code": code, "reason": reason, "message": "not now",
+            "details": details}
+    return web.json_response(body, status=code)
+
+
+class Server:
+    """Answers each request with the next of ``answers`` (then a Lease), counting them."""
+
+    def __init__(self) -> None:
+        self.answers: list[web.Response] = []
+        self.seen: list[str] = []
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.seen.append(request.method)
+        if self.answers:
+            return self.answers.pop(0)
+        return web.json_response({"metadata": {"name": "x", "resourceVersion": "1"}})
+
+    async def start(self, port: int = 0) -> None:
+        app = web.Application()
+        app.router.add_route("*", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/x",
+                             self.handle)
+        app.router.add_route("*", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
+                             self.handle)
+        self.runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", port, reuse_address=True)
+        await site.start()
+        self.port = port or site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+def _kube(port: int, window: float = 5.0) -> Kube:
+    cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{port}")
+    return Kube(k8s_client.ApiClient(configuration=cfg), request_timeout=2.0,
+                transient_window=window)
+
+
+@pytest_asyncio.fixture
+async def server() -> AsyncIterator[Server]:
+    s = Server()
+    await s.start()
+    try:
+        yield s
+    finally:
+        await s.stop()
+
+
+@pytest.fixture(autouse=True)
+def _quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retry, "FIRST", 0.02)
+    monkeypatch.setattr(retry, "MARGIN", 0.05)
+
+
+@pytest.mark.asyncio
+async def test_a_503_and_a_429_are_ridden_out_for_any_verb(server: Server) -> None:
+    server.answers = [_status(503, "ServiceUnavailable"),
+                      _status(429, "TooManyRequests", retryAfterSeconds=0)]
+    async with _kube(server.port) as kube:
+        created = await kube.create(r.LEASE, {"metadata": {"name": "x"}}, NS)
+    assert created["metadata"]["name"] == "x"
+    assert server.seen == ["POST"] * 3
+
+
+def test_a_429_waits_as_long_as_the_server_asks() -> None:
+    busy = errors.kube_error(429, {"reason": "TooManyRequests",
+                                   "details": {"retryAfterSeconds": 2}})
+    assert busy.retry_after == 2
+    assert (retry.Backoff(window=10).next(busy) or 0) >= 2.0
+    # ... but not past the time it has: then the error surfaces.
+    assert retry.Backoff(window=1).next(busy) is None
+
+
+@pytest.mark.asyncio
+async def test_a_500_is_sent_again_only_when_it_is_a_read(server: Server) -> None:
+    server.answers = [_status(500, "InternalError")]
+    async with _kube(server.port) as kube:
+        await kube.get(r.LEASE, "x", NS)
+        assert server.seen == ["GET", "GET"]
+        server.answers = [_status(500, "InternalError")]
+        with pytest.raises(errors.KubeError) as caught:
+            await kube.patch(r.LEASE, "x", {"spec": {}}, NS)
+    assert caught.value.status == 500
+    assert server.seen == ["GET", "GET", "PATCH"]  # a write is answered as the server did
+
+
+@pytest.mark.asyncio
+async def test_a_refused_connection_is_ridden_out_until_the_server_is_back() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    back = Server()
+
+    async def later() -> None:
+        await asyncio.sleep(0.4)
+        await back.start(port)
+
+    task = asyncio.create_task(later())
+    try:
+        async with _kube(port) as kube:
+            created = await kube.create(r.LEASE, {"metadata": {"name": "x"}}, NS)
+        assert created["metadata"]["name"] == "x"
+        assert back.seen == ["POST"]
+    finally:
+        await task
+        await back.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_call_s_deadline_bounds_the_retries_and_the_error_surfaces(
+        server: Server) -> None:
+    server.answers = [_status(503, "ServiceUnavailable") for _ in range(1000)]
+    began = time.monotonic()
+    async with _kube(server.port, window=60) as kube:
+        with pytest.raises(errors.KubeError) as caught:
+            async with within(datetime.now(UTC) + timedelta(seconds=0.6), "the call"):
+                await kube.get(r.LEASE, "x", NS)
+    took = time.monotonic() - began
+    # The server's own answer, not DeadlineExceeded, and before the deadline.
+    assert not isinstance(caught.value, errors.DeadlineExceeded)
+    assert caught.value.status == 503
+    assert took < 0.6
+    assert len(server.seen) > 2
+
+
+@pytest.mark.asyncio
+async def test_without_a_deadline_the_transport_s_window_bounds_the_retries(
+        server: Server) -> None:
+    server.answers = [_status(503, "ServiceUnavailable") for _ in range(1000)]
+    began = time.monotonic()
+    async with _kube(server.port, window=0.5) as kube:
+        with pytest.raises(errors.KubeError):
+            await kube.get(r.LEASE, "x", NS)
+    assert 0.2 < time.monotonic() - began < 1.0
+
+
+@pytest.mark.asyncio
+async def test_a_nested_deadline_never_extends_the_outer_one() -> None:
+    with retry.deadline(10.0):
+        with retry.deadline(20.0):
+            assert retry._DEADLINE.get() == 10.0
+        with retry.deadline(5.0):
+            assert retry._DEADLINE.get() == 5.0
+    assert retry._DEADLINE.get() is None
