@@ -20,7 +20,7 @@ Three layers:
   no finalizers, progress or last-handled-configuration annotations, its persistence
   settings are inert anyway, and its Event posting is off.
 * **Kube: every write and every read a decision rests on.** Before it writes, a decision
-  re-reads through :class:`dispatch_kubeflow.kube.Kube` (the Workload, a live list of the
+  re-reads through :class:`dispatch_kubeflow.kube.KubeAPI` (the Workload, a live list of the
   job's pods, the TrainJob, the Lease), so kopf's indexes only say *when* to look, never
   *what is true*; Kube's error mapping, retries and counters apply to every write.
 * **Pure decisions**: :func:`admission.readmission.decide` and

@@ -33,7 +33,7 @@ from admission.observability import EventRecorder, HealthServer, Metrics
 from admission.pod_identity import ClientConfig, WebhookServer, ensure_configuration
 from admission.readmission import Readmission
 from dispatch_kubeflow.core import errors, names
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, LEASE, POD, WORKLOAD
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class Config:
 
 
 class Controller:
-    def __init__(self, kube: Kube, config: Config) -> None:
+    def __init__(self, kube: KubeAPI, config: Config) -> None:
         self.kube = kube
         self.config = config
         self.metrics = Metrics()

@@ -21,7 +21,7 @@ from admission.lease import LeaderElector
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.objects import condition
 from dispatch_kubeflow.core.times import format_time
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def apply_body(ac: Obj, want: ActiveState, now: datetime) -> Obj:
 class ActiveConditions:
     """Reconciles the condition whenever a check changes or leadership starts."""
 
-    def __init__(self, kube: Kube, elector: LeaderElector, caches: Caches,
+    def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches,
                  feed: Feed) -> None:
         self.kube = kube
         self.elector = elector

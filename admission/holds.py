@@ -19,7 +19,7 @@ from admission.observability import Metrics
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.objects import annotations_of
 from dispatch_kubeflow.core.times import parse_time
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import WORKLOAD
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def release_patch(wl: Obj) -> Obj:
 
 
 class HoldExpiry:
-    def __init__(self, kube: Kube, elector: LeaderElector, caches: Caches, workloads: Feed,
+    def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches, workloads: Feed,
                  metrics: Metrics) -> None:
         self.kube = kube
         self.elector = elector

@@ -24,7 +24,7 @@ from typing import Any
 
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import labels_of
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, POD, WORKLOAD
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ class Caches:
         return out
 
 
-async def list_live(kube: Kube) -> dict[str, list[Obj]]:
+async def list_live(kube: KubeAPI) -> dict[str, list[Obj]]:
     """What the indexes should hold, listed through ``Kube`` (for the warm-up check)."""
     out: dict[str, list[Obj]] = {}
     for res, selector in ((WORKLOAD, None), (POD, names.JOBSET_NAME_LABEL),

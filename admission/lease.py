@@ -28,7 +28,7 @@ from typing import Any
 
 from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.core.times import format_microtime
-from dispatch_kubeflow.kube import Kube, retry
+from dispatch_kubeflow.kube import KubeAPI, retry
 from dispatch_kubeflow.kube.resources import LEASE
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeAPI,
         *,
         namespace: str,
         name: str,

@@ -23,7 +23,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.times import format_microtime
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import EVENT
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class Metrics:
 class EventRecorder:
     """Posts events.k8s.io/v1 Events; a failure is logged, never raised (events are advice)."""
 
-    def __init__(self, kube: Kube, *, instance: str) -> None:
+    def __init__(self, kube: KubeAPI, *, instance: str) -> None:
         self.kube = kube
         self.instance = instance[:128]
 

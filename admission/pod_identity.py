@@ -29,7 +29,7 @@ from admission.observability import Metrics, parse_listen
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.identity import ExecutionIdentity, IdentityError, parse_count
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ def webhook_configuration(client: ClientConfig, ca_bundle: str) -> Obj:
     }
 
 
-async def ensure_configuration(kube: Kube, client: ClientConfig, ca_bundle: str) -> None:
+async def ensure_configuration(kube: KubeAPI, client: ClientConfig, ca_bundle: str) -> None:
     """Create or update the configuration; leaves it alone when it already says the same."""
     want = webhook_configuration(client, ca_bundle)
     res = MUTATING_WEBHOOK_CONFIGURATION
@@ -209,7 +209,7 @@ def _same(cur: Obj, want: Obj) -> bool:
 
 # --- server --------------------------------------------------------------------------------
 class WebhookServer:
-    def __init__(self, kube: Kube, metrics: Metrics) -> None:
+    def __init__(self, kube: KubeAPI, metrics: Metrics) -> None:
         self.kube = kube
         self.metrics = metrics
         self._runner: web.AppRunner | None = None

@@ -35,7 +35,7 @@ from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.admission_count import admission_token, plan_admission
 from dispatch_kubeflow.core.objects import condition, is_true, labels_of
 from dispatch_kubeflow.core.times import format_time, parse_time
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ class Readmission:
     RELIST_QUIET = 1.0
     """Seconds without a pod listing event after which a re-list counts as over."""
 
-    def __init__(self, kube: Kube, elector: LeaderElector, caches: Caches, *,
+    def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches, *,
                  workloads: Feed, pods: Feed, admission_checks: Feed, cluster_queues: Feed,
                  metrics: Metrics, events: EventRecorder, workers: int = 2) -> None:
         self.kube = kube

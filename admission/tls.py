@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from dispatch_kubeflow.core import errors
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import KubeAPI, Resource
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-async def from_secret(kube: Kube, namespace: str, name: str, hosts: list[str]) -> TlsMaterial:
+async def from_secret(kube: KubeAPI, namespace: str, name: str, hosts: list[str]) -> TlsMaterial:
     """Read the shared Secret, creating it first if no replica has yet."""
     secret = await kube.get_or_none(SECRET, name, namespace)
     if secret is None:

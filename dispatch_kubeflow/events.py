@@ -28,7 +28,7 @@ from typing import Any
 
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.core.times import parse_time
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import EVENT
 from dispatch_kubeflow.model import JobID, ObjectRef
 
@@ -100,7 +100,7 @@ def _order(ev: Obj) -> tuple[datetime, str, str]:
     return _time(ev), str(m.get("creationTimestamp") or ""), str(m.get("name") or "")
 
 
-async def job_events(kube: Kube, namespace: str, job: JobID, *,
+async def job_events(kube: KubeAPI, namespace: str, job: JobID, *,
                      follow: bool = False) -> AsyncIterator[JobEvent]:
     """The job's Events in time order; with ``follow``, then every later one (see above)."""
     if not follow:

@@ -29,9 +29,8 @@ from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.objects import labels_of, meta
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import ByteSource, KubeAPI
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
-from dispatch_kubeflow.kube.transport import ByteStream
 from dispatch_kubeflow.model import JobID, OutputStream
 from dispatch_kubeflow.state import restarts
 
@@ -41,7 +40,7 @@ log = logging.getLogger(__name__)
 class LogStream:
     """An async iterator of log chunks; close it (or use ``async with``) when done."""
 
-    def __init__(self, body: ByteStream, *, pod: str, stream: OutputStream, split: bool) -> None:
+    def __init__(self, body: ByteSource, *, pod: str, stream: OutputStream, split: bool) -> None:
         self._body = body
         self.pod = pod
         """The pod read."""
@@ -120,7 +119,7 @@ def current_pod(pods: Sequence[Mapping[str, Any]],
     return best[1] if best else None
 
 
-async def output(kube: Kube, namespace: str, job: JobID, *, rank: int = 0,
+async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
                  stream: OutputStream = OutputStream.STDOUT, follow: bool = False,
                  submission: int | None = None) -> LogStream:
     """Open rank ``rank``'s log of the current execution of ``job``."""

@@ -16,8 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from dispatch_kubeflow.errors import DeadlineExceeded
-from dispatch_kubeflow.kube import Kube, Resource, retry
-from dispatch_kubeflow.kube.transport import WatchEvent
+from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent, retry
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -62,7 +61,7 @@ async def within(deadline: datetime | None, what: str) -> AsyncIterator[None]:
 
 
 async def wait_for(
-    kube: Kube,
+    kube: KubeAPI,
     res: Resource,
     namespace: str | None,
     done: Callable[[Mapping[str, Obj]], T | None],
@@ -112,14 +111,14 @@ async def cancel_all(tasks: Sequence[asyncio.Task[Any]]) -> None:
 
 
 async def wait_for_all(
-    kube: Kube,
+    kube: KubeAPI,
     watched: Sequence[Watched],
     done: Callable[[Sequence[Mapping[str, Obj]]], T | None],
 ) -> T:
     """Watch several lists at once; return ``done(objects by name, per list)`` once not None.
 
     ``done`` is first called when every list has been read, then after every event of any
-    of them. Each list is one watch (:meth:`Kube.observe`), so nothing is polled. The caller
+    of them. Each list is one watch (:meth:`KubeAPI.observe`), so nothing is polled. The caller
     bounds the wait (for example with :func:`within`).
     """
     queue: asyncio.Queue[tuple[int, WatchEvent | BaseException]] = asyncio.Queue()

@@ -28,7 +28,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
@@ -37,12 +37,15 @@ from kubernetes_asyncio.client import rest as k8s_rest
 
 from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.kube import retry
+from dispatch_kubeflow.kube.port import KubeAPI, Obj, PatchKind, WatchEvent
 from dispatch_kubeflow.kube.resources import SELF_SUBJECT_ACCESS_REVIEW, Resource
+
+# Obj, PatchKind and WatchEvent are the port's; named here too for older imports.
+__all__ = ["WATCH_BACKOFF", "ByteStream", "Kube", "Obj", "PatchKind", "WatchBackoff",
+           "WatchEvent", "observe", "require_kubeconfig"]
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
-PatchKind = Literal["merge", "json", "strategic", "apply"]
 _CONTENT_TYPES: dict[str, str] = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
@@ -51,23 +54,24 @@ _CONTENT_TYPES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """One watch event: ADDED, MODIFIED, DELETED, or SYNC (a fresh list, in ``items``)."""
-
-    type: str
-    object: Obj
-    items: tuple[Obj, ...] = ()
-
-
 _NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 """What a request or a read of its body raises when the network or the server fails it
 (aiohttp's ServerTimeoutError, raised by a sock_read timeout, is both a ClientError and a
 TimeoutError)."""
 
-_BACKOFF_FIRST, _BACKOFF_MAX = 0.2, 5.0
-_QUICK_END = 1.0
-"""A watch that ends within this many seconds with no event is backed off from."""
+
+@dataclass(frozen=True, slots=True)
+class WatchBackoff:
+    """How :func:`observe` waits before listing or watching again."""
+
+    first: float = 0.2
+    """After the first failure (and after a quick end); doubled after each further one."""
+    most: float = 5.0
+    quick_end: float = 1.0
+    """A watch that ends within this many seconds with no event is backed off from."""
+
+
+WATCH_BACKOFF = WatchBackoff()
 
 TRANSIENT_WINDOW = 30.0
 """How long a request without a caller's deadline rides out a refused connection, a 429 or
@@ -103,12 +107,13 @@ class Kube:
     """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
 
     def __init__(self, api: k8s_client.ApiClient, *, request_timeout: float = 10.0,
-                 watch_grace: float = WATCH_GRACE,
+                 watch_grace: float = WATCH_GRACE, watch_backoff: WatchBackoff = WATCH_BACKOFF,
                  transient_window: float = TRANSIENT_WINDOW) -> None:
         self._api = api
         self._streams: Any = None  # the RESTClientObject of streams, made on first use
         self.request_timeout = request_timeout
         self.watch_grace = watch_grace
+        self.watch_backoff = watch_backoff
         self.transient_window = transient_window
         """Seconds a request outside any deadline rides out transient failures (:mod:`.retry`)."""
         self.requests = 0
@@ -397,51 +402,14 @@ class Kube:
             else:
                 resp.close()  # broken, stalled or abandoned mid-stream: never reuse it
 
-    async def observe(self, res: Resource, namespace: str | None = None, *,
-                      label_selector: str | None = None,
-                      field_selector: str | None = None,
-                      timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
-        """List, then watch; yields a SYNC event with every list.
-
-        Lists again (and yields SYNC) after a 410, and, with a back-off of 0.2 s doubling
-        to 5 s, after any other failure of the list or the watch: the server unreachable or
-        restarting, a broken or stalled stream, an error status. Only 401, 403 and 404 end
-        it (raised). The stream never ends by itself otherwise: cancel the consumer.
-        """
-        backoff = _BACKOFF_FIRST
-        while True:
-            try:
-                items, rv = await self.list(res, namespace, label_selector=label_selector,
-                                            field_selector=field_selector)
-                yield WatchEvent("SYNC", {}, tuple(items))
-                while True:
-                    loop = asyncio.get_running_loop()
-                    began, seen = loop.time(), 0
-                    async for ev in self.watch(res, namespace, resource_version=rv,
-                                               label_selector=label_selector,
-                                               field_selector=field_selector,
-                                               timeout_seconds=timeout_seconds):
-                        rv = str(ev.object.get("metadata", {}).get("resourceVersion", rv))
-                        seen += 1
-                        backoff = _BACKOFF_FIRST  # the server is answering again
-                        yield ev
-                    if not seen and loop.time() - began >= _QUICK_END:
-                        backoff = _BACKOFF_FIRST  # a quiet watch that ran its course
-                    elif not seen:
-                        # Ended at once with nothing: a server shutting down, or one that
-                        # cuts watches short. Back off rather than spin.
-                        log.debug("watch of %s ended at once; again in %.1fs",
-                                  res.plural, backoff)
-                        await asyncio.sleep(backoff)
-                        backoff = min(backoff * 2, _BACKOFF_MAX)
-            except errors.KubeGone:
-                log.debug("watch of %s expired; listing again", res.plural)
-            except errors.KubeError as exc:
-                if exc.status in (401, 403, 404):
-                    raise
-                log.warning("watch of %s failed: %s; retrying in %.1fs", res.plural, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
+    def observe(self, res: Resource, namespace: str | None = None, *,
+                label_selector: str | None = None,
+                field_selector: str | None = None,
+                timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
+        """List, then watch, surviving expiry and failures: see :func:`observe`."""
+        return observe(self, res, namespace, label_selector=label_selector,
+                       field_selector=field_selector, timeout_seconds=timeout_seconds,
+                       backoff=self.watch_backoff)
 
     # --- special endpoints ---------------------------------------------------------------
     async def served_versions(self, group: str) -> builtins.list[str]:
@@ -482,6 +450,59 @@ class Kube:
                 sock_read=None if follow else self.request_timeout),
         )
         return ByteStream(resp)
+
+
+async def observe(api: KubeAPI, res: Resource, namespace: str | None = None, *,
+                  label_selector: str | None = None, field_selector: str | None = None,
+                  timeout_seconds: int = 290,
+                  backoff: WatchBackoff = WATCH_BACKOFF) -> AsyncIterator[WatchEvent]:
+    """List, then watch; yields a SYNC event with every list.
+
+    Lists again (and yields SYNC) after a 410, and, with a back-off (by default 0.2 s
+    doubling to 5 s), after any other failure of the list or the watch: the server unreachable or
+    restarting, a broken or stalled stream, an error status. Only 401, 403 and 404 end
+    it (raised). The stream never ends by itself otherwise: cancel the consumer.
+
+    Written against the port alone, so every :class:`KubeAPI` (the unit tests' fake too)
+    observes the same way.
+    """
+    delay = backoff.first
+    while True:
+        try:
+            items, rv = await api.list(res, namespace, label_selector=label_selector,
+                                       field_selector=field_selector)
+            yield WatchEvent("SYNC", {}, tuple(items))
+            while True:
+                loop = asyncio.get_running_loop()
+                began, seen = loop.time(), 0
+                async for ev in api.watch(res, namespace, resource_version=rv,
+                                          label_selector=label_selector,
+                                          field_selector=field_selector,
+                                          timeout_seconds=timeout_seconds):
+                    rv = str(ev.object.get("metadata", {}).get("resourceVersion", rv))
+                    seen += 1
+                    delay = backoff.first  # the server is answering again
+                    yield ev
+                if not seen and loop.time() - began >= backoff.quick_end:
+                    delay = backoff.first  # a quiet watch that ran its course
+                elif not seen:
+                    # Ended at once with nothing: a server shutting down, or one that
+                    # cuts watches short. Back off rather than spin.
+                    log.debug("watch of %s ended at once; again in %.1fs",
+                              res.plural, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, backoff.most)
+        except errors.KubeGone:
+            log.debug("watch of %s expired; listing again", res.plural)
+        except errors.KubeError as exc:
+            if exc.status in (401, 403, 404):
+                raise
+            log.warning("watch of %s failed: %s; retrying in %.1fs", res.plural, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, backoff.most)
+
+
+_IMPLEMENTS_THE_PORT: type[KubeAPI] = Kube  # mypy proves Kube is a KubeAPI
 
 
 class ByteStream:

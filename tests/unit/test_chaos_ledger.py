@@ -3,13 +3,16 @@ whole lines the checker reads, beats every 100 ms, records TERM, fails once when
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
@@ -35,25 +38,80 @@ def _ledger_env(path: Path, **extra: str) -> dict[str, str]:
             "HOSTNAME": "job-node-0-0-abcde", "JOB_COMPLETION_INDEX": "0", **extra}
 
 
-@pytest.fixture
-def ledger_proc(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    path = tmp_path / "ledger" / "ledger.jsonl"
-    path.parent.mkdir()
+FAIL_ONCE = [
+    (f"{JOB}.1.1.1.0", "0", 1),   # J = 0, rank 0: fails once
+    (f"{JOB}.1.1.1.1", "0", 0),   # J = 1: JobSet restarted it, it runs to the end
+    (f"{JOB}.1.1.1.0", "1", 0),   # another rank does not fail
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run of the ledger program: its ledger, exit statuses, pid, how long it took."""
+
+    path: Path
+    statuses: list[int]
+    pid: int
+    took: float
+
+
+def _terminated(path: Path) -> Run:
+    """Runs until TERM, which it gets after 0.55 s."""
     proc = subprocess.Popen([BUSYBOX, "sh", str(LEDGER_SH)],
                             env=_ledger_env(path, LEDGER_RUN_SECONDS="0"))
-    yield proc, path
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    try:
+        time.sleep(0.55)
+        proc.send_signal(signal.SIGTERM)
+        return Run(path, [proc.wait(timeout=5)], proc.pid, 0.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _fails_once(path: Path, attempt: str, rank: str) -> Run:
+    env = _ledger_env(path, DISPATCH_ATTEMPT=attempt, JOB_COMPLETION_INDEX=rank,
+                      LEDGER_RUN_SECONDS="0.45", LEDGER_FAIL_ONCE="1", LEDGER_FAIL_AFTER="0.2")
+    t = time.monotonic()
+    proc = subprocess.run([BUSYBOX, "sh", str(LEDGER_SH)], env=env, timeout=10)
+    return Run(path, [proc.returncode], 0, time.monotonic() - t)
+
+
+def _concurrent(path: Path) -> Run:
+    procs = [subprocess.Popen([BUSYBOX, "sh", str(LEDGER_SH)],
+                              env=_ledger_env(path, DISPATCH_ATTEMPT=f"J{n}.1.1.1.0",
+                                              LEDGER_RUN_SECONDS="0.5"))
+             for n in range(8)]
+    return Run(path, [p.wait(timeout=10) for p in procs], 0, 0.0)
+
+
+def _as_pod_runs_it(path: Path) -> Run:
+    cmd = [BUSYBOX, "sh", *ledger.command(shell=BUSYBOX)[1:]]  # busybox is not linked as sh
+    env = {k: v for k, v in _ledger_env(path).items() if k != "HOSTNAME"}
+    env |= ledger.env(run_seconds=0.25, ledger=str(path))
+    return Run(path, [subprocess.run(cmd, env=env, timeout=10).returncode], 0, 0.0)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[Run]]]:
+    """Every run of this module, started at once: each sleeps most of its half second, so
+    together they take as long as the longest, not the sum. Each test judges its own."""
+    tmp = tmp_path_factory.mktemp("ledgers")
+    jobs: dict[str, Callable[[Path], Run]] = {
+        "term": _terminated, "concurrent": _concurrent, "sh-c": _as_pod_runs_it,
+        **{f"fail-{a}-{r}": functools.partial(_fails_once, attempt=a, rank=r)
+           for a, r, _ in FAIL_ONCE}}
+    for name in jobs:
+        (tmp / name).mkdir()
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        yield {name: pool.submit(job, tmp / name / "ledger.jsonl") for name, job in jobs.items()}
 
 
 @needs_busybox
-def test_ledger_program_beats_and_records_term(
-        ledger_proc: tuple[subprocess.Popen[bytes], Path]) -> None:
-    proc, path = ledger_proc
-    time.sleep(0.55)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=5) == 143
+def test_ledger_program_beats_and_records_term(runs: dict[str, Future[Run]]) -> None:
+    run = runs["term"].result()
+    assert run.statuses == [143]
+    path = run.path
     raw = path.read_text().splitlines()
     assert all(json.loads(t) for t in raw)
     lines = read_ledger(path)
@@ -76,7 +134,7 @@ def test_ledger_program_beats_and_records_term(
     first = lines[0]
     assert (first.attempt, first.epoch, first.pod, first.rank) == (
         f"{JOB}.1.1.1.0", "1000001", "job-node-0-0-abcde", "0")
-    assert first.pid == proc.pid
+    assert first.pid == run.pid
     assert {ln.started_us for ln in lines} == {first.wall_us}
     assert lines[-1].status == 143
     v = judge(lines, [], Final())
@@ -84,20 +142,13 @@ def test_ledger_program_beats_and_records_term(
 
 
 @needs_busybox
-@pytest.mark.parametrize(("attempt", "rank", "rc"), [
-    (f"{JOB}.1.1.1.0", "0", 1),   # J = 0, rank 0: fails once
-    (f"{JOB}.1.1.1.1", "0", 0),   # J = 1: JobSet restarted it, it runs to the end
-    (f"{JOB}.1.1.1.0", "1", 0),   # another rank does not fail
-])
+@pytest.mark.parametrize(("attempt", "rank", "rc"), FAIL_ONCE)
 def test_ledger_program_fails_once_and_runs_for_its_seconds(
-        tmp_path: Path, attempt: str, rank: str, rc: int) -> None:
-    path = tmp_path / "ledger.jsonl"
-    env = _ledger_env(path, DISPATCH_ATTEMPT=attempt, JOB_COMPLETION_INDEX=rank,
-                      LEDGER_RUN_SECONDS="0.45", LEDGER_FAIL_ONCE="1", LEDGER_FAIL_AFTER="0.2")
-    t = time.monotonic()
-    assert subprocess.run([BUSYBOX, "sh", str(LEDGER_SH)], env=env, timeout=10).returncode == rc
-    took = time.monotonic() - t
-    lines = read_ledger(path)
+        runs: dict[str, Future[Run]], attempt: str, rank: str, rc: int) -> None:
+    run = runs[f"fail-{attempt}-{rank}"].result()
+    assert run.statuses == [rc]
+    took = run.took
+    lines = read_ledger(run.path)
     assert lines[-1].kind == "exit"
     assert lines[-1].status == rc
     span_ms = (lines[-1].wall_us - lines[0].wall_us) / 1000
@@ -110,15 +161,11 @@ def test_ledger_program_fails_once_and_runs_for_its_seconds(
 
 
 @needs_busybox
-def test_ledger_lines_of_concurrent_writers_stay_whole(tmp_path: Path) -> None:
+def test_ledger_lines_of_concurrent_writers_stay_whole(runs: dict[str, Future[Run]]) -> None:
     """Eight processes append to one file at once: every line parses, none is lost."""
-    path = tmp_path / "ledger.jsonl"
-    procs = [subprocess.Popen([BUSYBOX, "sh", str(LEDGER_SH)],
-                              env=_ledger_env(path, DISPATCH_ATTEMPT=f"J{n}.1.1.1.0",
-                                              LEDGER_RUN_SECONDS="0.5"))
-             for n in range(8)]
-    assert [p.wait(timeout=10) for p in procs] == [0] * 8
-    lines = read_ledger(path)
+    run = runs["concurrent"].result()
+    assert run.statuses == [0] * 8
+    lines = read_ledger(run.path)
     for n in range(8):
         mine = [ln for ln in lines if ln.attempt == f"J{n}.1.1.1.0"]
         assert [ln.seq for ln in mine] == list(range(1, len(mine) + 1))
@@ -127,17 +174,13 @@ def test_ledger_lines_of_concurrent_writers_stay_whole(tmp_path: Path) -> None:
 
 
 @needs_busybox
-def test_ledger_program_runs_as_sh_c_with_its_env(tmp_path: Path) -> None:
+def test_ledger_program_runs_as_sh_c_with_its_env(runs: dict[str, Future[Run]]) -> None:
     """The way a pod runs it: the script in the command, the behaviour in the env."""
-    path = tmp_path / "ledger.jsonl"
-    cmd = ledger.command(shell=BUSYBOX)
-    assert cmd[:2] == [BUSYBOX, "-c"]
-    cmd = [BUSYBOX, "sh", *cmd[1:]]  # the host's busybox is not linked as sh
-    env = {k: v for k, v in _ledger_env(path).items() if k != "HOSTNAME"}
-    env |= ledger.env(run_seconds=0.25, ledger=str(path))
-    assert env["LEDGER_RUN_SECONDS"] == "0.25"
-    assert subprocess.run(cmd, env=env, timeout=10).returncode == 0
-    lines = read_ledger(path)
+    assert ledger.command(shell=BUSYBOX)[:2] == [BUSYBOX, "-c"]
+    assert ledger.env(run_seconds=0.25)["LEDGER_RUN_SECONDS"] == "0.25"
+    run = runs["sh-c"].result()
+    assert run.statuses == [0]
+    lines = read_ledger(run.path)
     assert [ln.kind for ln in lines][0::len(lines) - 1] == ["start", "exit"]
     assert lines[0].pod == os.uname().nodename  # no HOSTNAME: hostname(1)
     assert ledger.env(fail_once=True)["LEDGER_FAIL_ONCE"] == "1"

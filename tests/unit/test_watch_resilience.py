@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -24,9 +26,9 @@ from kubernetes_asyncio import client as k8s_client
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.errors import DeadlineExceeded
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import Kube, transport
 from dispatch_kubeflow.kube import resources as r
-from dispatch_kubeflow.kube.transport import WatchEvent
+from dispatch_kubeflow.kube.transport import WatchBackoff, WatchEvent
 from dispatch_kubeflow.waits import Watched, deadline_after, wait_for_all, within
 
 pytestmark = pytest.mark.asyncio
@@ -75,7 +77,7 @@ class FakeApi:
     async def start(self, port: int = 0) -> None:
         app = web.Application()
         app.router.add_get(f"/api/v1/namespaces/{NS}/pods", self.handle)
-        self.runner = web.AppRunner(app, shutdown_timeout=0.1)
+        self.runner = web.AppRunner(app, shutdown_timeout=0.01)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", port, reuse_address=True)
         await site.start()
@@ -137,13 +139,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def connect(port: int, **kw: Any) -> Kube:
+# The transport's timing, a quarter of its defaults (the grace far less than its 30 s), so
+# that the tests are quick; every time a test waits or expects is in the same scale.
+SCALE = 0.25
+SCALED = WatchBackoff(first=transport.WATCH_BACKOFF.first * SCALE,
+                      most=transport.WATCH_BACKOFF.most * SCALE,
+                      quick_end=transport.WATCH_BACKOFF.quick_end * SCALE)
+GRACE = 0.1
+
+
+# The server speaks plain HTTP, so no CA is ever used; naming a one-certificate file spares
+# each client (and each stream client) loading the system's CA store (~60 ms each).
+UNUSED_CA = str(Path(__file__).with_name("unused_ca.pem"))
+
+
+async def connect(port: int, *, backoff: WatchBackoff = SCALED) -> Kube:
     cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{port}")
+    cfg.ssl_ca_cert = UNUSED_CA
     # transient_window=0: these tests see each failure as the transport meets it; riding
     # failures out is test_transient_retry.py's.
     return Kube(k8s_client.ApiClient(configuration=cfg), request_timeout=2.0,
-                watch_grace=kw.pop("watch_grace", 0.3),
-                transient_window=kw.pop("transient_window", 0), **kw)
+                watch_grace=GRACE, watch_backoff=backoff, transient_window=0)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -208,7 +224,7 @@ async def test_a_broken_watch_raises_kube_error(api: FakeApi, kube: Kube,
 
 async def test_a_stalled_watch_raises_after_its_timeout_and_grace(api: FakeApi,
                                                                    kube: Kube) -> None:
-    # timeoutSeconds 0 keeps the test short: silence is allowed for 0 + grace (0.3 s).
+    # timeoutSeconds 0 keeps the test short: silence is allowed for 0 + grace.
     api.watches = [stall]
     loop = asyncio.get_running_loop()
     began = loop.time()
@@ -216,7 +232,7 @@ async def test_a_stalled_watch_raises_after_its_timeout_and_grace(api: FakeApi,
         await drain(kube.watch(r.POD, NS, resource_version="1", timeout_seconds=0), [])
     assert (info.value.status, info.value.reason) == (0, "StreamBroken")
     assert isinstance(info.value.__cause__, TimeoutError)
-    assert 0.25 <= loop.time() - began < 2
+    assert GRACE * 0.8 <= loop.time() - began < 2
 
 
 async def test_a_watch_the_server_ends_just_ends(api: FakeApi, kube: Kube) -> None:
@@ -238,7 +254,7 @@ async def test_a_list_whose_body_breaks_raises_kube_error(api: FakeApi, kube: Ku
 
     app = web.Application()
     app.router.add_get(f"/api/v1/namespaces/{NS}/pods", short_body)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    runner = web.AppRunner(app, shutdown_timeout=0.01)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     k = await connect(int(runner.addresses[0][1]))
@@ -282,7 +298,7 @@ async def test_observe_lists_again_after_a_broken_stream(api: FakeApi, kube: Kub
 
 async def test_observe_lists_again_after_a_stall(api: FakeApi, kube: Kube) -> None:
     api.watches = [stall, sends(line("ADDED", pod("p2", 3)))]
-    stream = kube.observe(r.POD, NS, timeout_seconds=0)  # silence allowed: the grace, 0.3 s
+    stream = kube.observe(r.POD, NS, timeout_seconds=0)  # silence allowed: the grace
     try:
         events = await take(stream, 3, limit=4)
     finally:
@@ -297,7 +313,7 @@ async def test_observe_outlasts_a_server_that_is_down_then_up() -> None:
     stream = k.observe(r.POD, NS, timeout_seconds=5)
     first = asyncio.ensure_future(take(stream, 1, limit=5))
     try:
-        await asyncio.sleep(0.3)  # refused meanwhile: retried with back-off
+        await asyncio.sleep(0.3 * SCALE)  # refused meanwhile: retried with back-off
         assert not first.done()
         await api.start(port)
         events = await first
@@ -312,17 +328,35 @@ async def test_observe_outlasts_a_server_that_is_down_then_up() -> None:
         await api.stop()
 
 
-async def test_watches_that_end_at_once_are_backed_off(api: FakeApi, kube: Kube) -> None:
-    api.watches = [sends(then="end") for _ in range(20)]
-    stream = kube.observe(r.POD, NS, timeout_seconds=5)
+async def test_watches_that_end_at_once_are_backed_off(api: FakeApi) -> None:
+    # Every watch ends at once with nothing; each counts as quick however slow the machine
+    # (quick_end far above any round trip), so each is backed off from, doubling.
+    n = 4
+    times: list[float] = []
+    enough = asyncio.Event()
+
+    async def ends_at_once(request: web.Request, api: FakeApi) -> web.StreamResponse:
+        times.append(asyncio.get_running_loop().time())
+        if len(times) == n:
+            enough.set()
+        return await sends(then="end")(request, api)
+
+    api.watches = [ends_at_once] * 20
+    k = await connect(api.port, backoff=WatchBackoff(first=SCALED.first, most=SCALED.most,
+                                                     quick_end=60))
+    stream = k.observe(r.POD, NS, timeout_seconds=5)
     first = asyncio.ensure_future(take(stream, 2, limit=5))
-    await asyncio.sleep(0.7)
-    first.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await first
-    await stream.aclose()  # type: ignore[attr-defined]
-    # at 0, 0.2 and 0.6 s (back-off 0.2, 0.4, ...), not as fast as the loop can spin
-    assert 2 <= api.watch_requests <= 4
+    try:
+        await asyncio.wait_for(enough.wait(), 5)
+    finally:
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        await stream.aclose()  # type: ignore[attr-defined]
+        await k.close()
+    # not as fast as the loop can spin: 0.2, 0.4, 0.8 s apart (times SCALE), at least
+    gaps = [b - a for a, b in itertools.pairwise(times[:n])]
+    assert all(g >= SCALED.first * 2**i * 0.95 for i, g in enumerate(gaps)), gaps
 
 
 @pytest.mark.parametrize("status", [429, 500, 503])
