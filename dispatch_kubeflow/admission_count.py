@@ -21,14 +21,14 @@ from typing import Any
 
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.admission_count import plain_admission_patch
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.state import suspended
 from dispatch_kubeflow.waits import wait_for
 
 
 async def admit_plain(
-    kube: Kube,
+    kube: KubeAPI,
     namespace: str,
     name: str,
     *,

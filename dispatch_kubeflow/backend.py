@@ -36,7 +36,7 @@ from dispatch_kubeflow import (
 )
 from dispatch_kubeflow.events import JobEvent
 from dispatch_kubeflow.jobs import JobInfo
-from dispatch_kubeflow.kube import Kube, transport
+from dispatch_kubeflow.kube import Kube, KubeAPI, transport
 from dispatch_kubeflow.mode import Mode
 from dispatch_kubeflow.mode_kueue import KueueMode
 from dispatch_kubeflow.mode_plain import PlainMode
@@ -81,7 +81,7 @@ class Backend:
     and to the mode chosen when the backend opened (:mod:`dispatch_kubeflow.mode`).
     """
 
-    def __init__(self, kube: Kube, settings: Settings, mode: Mode,
+    def __init__(self, kube: KubeAPI, settings: Settings, mode: Mode,
                  capabilities: Mapping[Capability, CapabilityStatus], *,
                  owns_kube: bool = True) -> None:
         self._kube = kube
@@ -94,7 +94,7 @@ class Backend:
     # --- opening and closing --------------------------------------------------------------
     @classmethod
     async def connect(cls, settings: Settings | bytes | str | Mapping[str, Any], *,
-                      kube: Kube | None = None, preflight: bool = True) -> Backend:
+                      kube: KubeAPI | None = None, preflight: bool = True) -> Backend:
         """Validate the settings, connect (unless ``kube`` is given) and run the preflight.
 
         ``preflight=False`` skips it: every capability is then unknown (not checked) and
@@ -263,7 +263,7 @@ class Backend:
 
     # --- helpers --------------------------------------------------------------------------
     @property
-    def kube(self) -> Kube:
+    def kube(self) -> KubeAPI:
         """The connection the backend uses (its ``requests`` counter is read by benchmarks)."""
         return self._kube
 

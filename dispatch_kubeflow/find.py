@@ -21,7 +21,7 @@ from typing import Any
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import labels_of, meta
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import (
     JOB,
     JOBSET,
@@ -104,7 +104,7 @@ def _workload_of_job(workload: Mapping[str, Any], job: JobID) -> bool:
     return False
 
 
-async def find(kube: Kube, namespace: str, job: JobID, kinds: Sequence[Resource], *,
+async def find(kube: KubeAPI, namespace: str, job: JobID, kinds: Sequence[Resource], *,
                known_uids: Iterable[str] = ()) -> Findings:
     """Everything of ``job`` of the ``kinds`` in ``namespace``; see the module docstring."""
     pattern = trainjob_name_pattern(job)
@@ -138,7 +138,7 @@ async def find(kube: Kube, namespace: str, job: JobID, kinds: Sequence[Resource]
     return Findings(found, unreadable, versions, failures)
 
 
-async def find_refs(kube: Kube, namespace: str, job: JobID,
+async def find_refs(kube: KubeAPI, namespace: str, job: JobID,
                     kinds: Sequence[Resource]) -> tuple[ObjectRef, ...]:
     """Every object of the job that exists; a KubeError when a kind could not be listed."""
     found = await find(kube, namespace, job, kinds)

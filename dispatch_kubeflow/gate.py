@@ -19,7 +19,7 @@ from typing import Any
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import annotations_of
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import TRAINJOB
 from dispatch_kubeflow.state import parse_gates
 
@@ -40,7 +40,7 @@ def removal_patch(value: str) -> list[dict[str, Any]] | None:
     return [test, {"op": "remove", "path": _GATE_PATH}]
 
 
-async def open_kueue_gate(kube: Kube, namespace: str, name: str) -> bool:
+async def open_kueue_gate(kube: KubeAPI, namespace: str, name: str) -> bool:
     """Remove dispatch's gate from the TrainJob. False when it was not there (already open)."""
     for _ in range(_RETRIES):
         trainjob = await kube.get_or_none(TRAINJOB, name, namespace)

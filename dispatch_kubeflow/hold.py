@@ -31,7 +31,7 @@ from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.objects import annotations_of, meta
 from dispatch_kubeflow.core.times import format_time
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import HoldMeta
 from dispatch_kubeflow.state import hold_instance
@@ -83,7 +83,7 @@ def release_patch(obj: Mapping[str, Any], instance: int, *,
 # --- Kueue mode -------------------------------------------------------------------------------
 
 
-async def hold_workload(kube: Kube, workload: Mapping[str, Any], hold: HoldMeta) -> None:
+async def hold_workload(kube: KubeAPI, workload: Mapping[str, Any], hold: HoldMeta) -> None:
     """Deactivate the Workload and record the hold (idempotent for the same instance)."""
     ns, name = meta(workload)["namespace"], meta(workload)["name"]
     current: Mapping[str, Any] | None = workload
@@ -107,7 +107,7 @@ async def hold_workload(kube: Kube, workload: Mapping[str, Any], hold: HoldMeta)
     raise errors.KubeConflict(f"Workload {ns}/{name} kept changing; the hold gave up")
 
 
-async def release_workload(kube: Kube, workload: Mapping[str, Any], instance: int) -> bool:
+async def release_workload(kube: KubeAPI, workload: Mapping[str, Any], instance: int) -> bool:
     """Reactivate the Workload if it holds ``instance``. False when it was not held."""
     ns, name = meta(workload)["namespace"], meta(workload)["name"]
     current: Mapping[str, Any] | None = workload
@@ -135,7 +135,7 @@ async def release_workload(kube: Kube, workload: Mapping[str, Any], instance: in
 # --- plain mode -------------------------------------------------------------------------------
 
 
-async def hold_trainjob(kube: Kube, namespace: str, name: str, hold: HoldMeta) -> None:
+async def hold_trainjob(kube: KubeAPI, namespace: str, name: str, hold: HoldMeta) -> None:
     """Suspend the TrainJob and record the hold on it (idempotent for the same instance)."""
     for _ in range(_RETRIES):
         trainjob = await kube.get_or_none(TRAINJOB, name, namespace)
@@ -158,7 +158,7 @@ async def hold_trainjob(kube: Kube, namespace: str, name: str, hold: HoldMeta) -
     raise errors.KubeConflict(f"TrainJob {namespace}/{name} kept changing; the hold gave up")
 
 
-async def release_trainjob(kube: Kube, namespace: str, name: str, instance: int | None) -> bool:
+async def release_trainjob(kube: KubeAPI, namespace: str, name: str, instance: int | None) -> bool:
     """Release the plain-mode hold ``instance`` (None: whatever instance, when expired).
 
     A job that was opened before (A > 0) is admitted again once its pods are gone; a job

@@ -27,7 +27,7 @@ from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.core.times import parse_time
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.model import JobID, ObjectRef, Observation
 from dispatch_kubeflow.state import observe_listed
@@ -92,7 +92,7 @@ def listing(trainjobs: Iterable[Obj], workloads: Iterable[Obj],
     return sorted(out, key=lambda j: (j.job, j.submission, j.ref.name))
 
 
-async def list_jobs(kube: Kube, namespace: str, workloads: Listed) -> list[JobInfo]:
+async def list_jobs(kube: KubeAPI, namespace: str, workloads: Listed) -> list[JobInfo]:
     """Every dispatch job of ``namespace``: one LIST per kind (see the module docstring)."""
     lists = await asyncio.gather(*(kube.list(res, namespace, label_selector=sel)
                                    for res, sel in _selectors(workloads)))
@@ -100,11 +100,11 @@ async def list_jobs(kube: Kube, namespace: str, workloads: Listed) -> list[JobIn
     return listing(items[0], items[2] if len(items) > 2 else [], items[1])
 
 
-async def watch_jobs(kube: Kube, namespace: str,
+async def watch_jobs(kube: KubeAPI, namespace: str,
                      workloads: Listed) -> AsyncIterator[list[JobInfo]]:
     """The listing, then a new one every time it changes; never ends (cancel it).
 
-    One watch per kind (:meth:`Kube.observe`, which lists again after expiry or a broken
+    One watch per kind (:meth:`KubeAPI.observe`, which lists again after expiry or a broken
     stream). Events that arrive together are taken together, so a burst of pod updates
     yields one listing, and a listing equal to the last one is not yielded again.
     """

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from dispatch_kubeflow.jobs import Listed
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.model import HoldMeta, ObjectRef
 from dispatch_kubeflow.observe import ObserveMode
 from dispatch_kubeflow.preflight.mode import PreflightMode
@@ -53,13 +53,13 @@ class Mode(StartMode, ObserveMode, PreflightMode, Protocol):
         """What the job listing reads beyond TrainJobs and pods."""
         ...
 
-    async def open(self, kube: Kube, ref: ObjectRef) -> None:
+    async def open(self, kube: KubeAPI, ref: ObjectRef) -> None:
         """Remove dispatch's start gate (harmless when already open)."""
         ...
 
-    async def hold(self, kube: Kube, ref: ObjectRef, meta: HoldMeta) -> None:
+    async def hold(self, kube: KubeAPI, ref: ObjectRef, meta: HoldMeta) -> None:
         ...
 
-    async def release(self, kube: Kube, ref: ObjectRef, instance: int) -> bool:
+    async def release(self, kube: KubeAPI, ref: ObjectRef, instance: int) -> bool:
         """Release hold ``instance``; False when the job was not held."""
         ...

@@ -19,7 +19,7 @@ from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.find import KINDS
 from dispatch_kubeflow.jobs import Listed
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import CapabilityStatus, HoldMeta, ObjectRef
 from dispatch_kubeflow.preflight import access, probe_watch, readmission
@@ -56,7 +56,7 @@ class KueueMode:
     def closed_annotations(self) -> dict[str, str]:
         return {names.ADMISSION_GATED_BY: names.GATE}
 
-    async def started(self, kube: Kube, trainjob: Mapping[str, Any]) -> None:
+    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> None:
         """Wait for Kueue's Workload of the TrainJob (``timeouts.start``)."""
         uid = meta(trainjob)["uid"]
         limit = self.settings.timeouts.start
@@ -67,11 +67,11 @@ class KueueMode:
                            lambda wls: True if wls else None,
                            label_selector=f"{names.KUEUE_JOB_UID_LABEL}={uid}")
 
-    async def open(self, kube: Kube, ref: ObjectRef) -> None:
+    async def open(self, kube: KubeAPI, ref: ObjectRef) -> None:
         await gate.open_kueue_gate(kube, ref.namespace, ref.name)
 
     # --- inspect and wait -----------------------------------------------------------------
-    async def workload(self, kube: Kube, trainjob: Mapping[str, Any]) -> Obj | None:
+    async def workload(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> Obj | None:
         m = meta(trainjob)
         items, _ = await kube.list(
             WORKLOAD, m["namespace"], label_selector=f"{names.KUEUE_JOB_UID_LABEL}={m['uid']}")
@@ -85,21 +85,21 @@ class KueueMode:
                     pods: Sequence[Mapping[str, Any]]) -> datetime | None:
         return None  # the admission controller releases an expired hold
 
-    async def release_expired(self, kube: Kube, ref: ObjectRef) -> None:
+    async def release_expired(self, kube: KubeAPI, ref: ObjectRef) -> None:
         return None  # the admission controller releases an expired hold
 
     # --- hold and release -----------------------------------------------------------------
-    async def hold(self, kube: Kube, ref: ObjectRef, meta: HoldMeta) -> None:
+    async def hold(self, kube: KubeAPI, ref: ObjectRef, meta: HoldMeta) -> None:
         workload = await self._require_workload(kube, ref)
         with _naming(ref):
             await hold.hold_workload(kube, workload, meta)
 
-    async def release(self, kube: Kube, ref: ObjectRef, instance: int) -> bool:
+    async def release(self, kube: KubeAPI, ref: ObjectRef, instance: int) -> bool:
         workload = await self._require_workload(kube, ref)
         with _naming(ref):
             return await hold.release_workload(kube, workload, instance)
 
-    async def _require_workload(self, kube: Kube, ref: ObjectRef) -> Obj:
+    async def _require_workload(self, kube: KubeAPI, ref: ObjectRef) -> Obj:
         trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
         if trainjob is None:
             raise errors.NotFound(f"TrainJob {ref.id} not found")
@@ -118,11 +118,11 @@ class KueueMode:
     def hold_reason(self, namespace: str) -> str:
         return access.kueue_hold_reason(namespace)
 
-    async def prove_readmission(self, kube: Kube, watch_for: float) -> CapabilityStatus:
+    async def prove_readmission(self, kube: KubeAPI, watch_for: float) -> CapabilityStatus:
         return await readmission.check_readmission(kube, self.settings.namespace, self.kueue,
                                                    watch_for)
 
-    async def watch_probe(self, kube: Kube, namespace: str, probe: Mapping[str, Any],
+    async def watch_probe(self, kube: KubeAPI, namespace: str, probe: Mapping[str, Any],
                           seen: probe_watch.ProbeWatch) -> None:
         await probe_watch.watch_workload(kube, namespace, str(meta(probe)["uid"]), seen)
 

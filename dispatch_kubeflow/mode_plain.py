@@ -19,7 +19,7 @@ from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.find import KINDS
 from dispatch_kubeflow.jobs import Listed
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import CapabilityStatus, HoldMeta, ObjectRef
 from dispatch_kubeflow.preflight import access, probe_watch, readmission
@@ -46,10 +46,10 @@ class PlainMode:
     def closed_annotations(self) -> dict[str, str]:
         return {}  # created suspended: that is the gate
 
-    async def started(self, kube: Kube, trainjob: Mapping[str, Any]) -> None:
+    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> None:
         return None  # nothing makes anything of a suspended TrainJob
 
-    async def open(self, kube: Kube, ref: ObjectRef) -> None:
+    async def open(self, kube: KubeAPI, ref: ObjectRef) -> None:
         trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
         if trainjob is None:
             raise errors.NotFound(f"TrainJob {ref.id} not found")
@@ -66,7 +66,7 @@ class PlainMode:
             await admit_plain(kube, ref.namespace, ref.name, should_admit=never_opened)
 
     # --- inspect and wait -----------------------------------------------------------------
-    async def workload(self, kube: Kube, trainjob: Mapping[str, Any]) -> Obj | None:
+    async def workload(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> Obj | None:
         return None
 
     def watched(self, namespace: str, uid: str) -> list[Watched]:
@@ -81,7 +81,7 @@ class PlainMode:
         obs = state.observe(trainjob, None, pods)
         return obs.hold_until if obs.hold_instance else None
 
-    async def release_expired(self, kube: Kube, ref: ObjectRef) -> None:
+    async def release_expired(self, kube: KubeAPI, ref: ObjectRef) -> None:
         """Release the TrainJob's hold, whatever its instance, if it expired."""
         trainjob, _, pods = await observe.read(kube, self, ref)
         until = self.hold_expiry(trainjob, pods)
@@ -92,10 +92,10 @@ class PlainMode:
             await hold.release_trainjob(kube, ref.namespace, ref.name, None)
 
     # --- hold and release -----------------------------------------------------------------
-    async def hold(self, kube: Kube, ref: ObjectRef, meta: HoldMeta) -> None:
+    async def hold(self, kube: KubeAPI, ref: ObjectRef, meta: HoldMeta) -> None:
         await hold.hold_trainjob(kube, ref.namespace, ref.name, meta)
 
-    async def release(self, kube: Kube, ref: ObjectRef, instance: int) -> bool:
+    async def release(self, kube: KubeAPI, ref: ObjectRef, instance: int) -> bool:
         return await hold.release_trainjob(kube, ref.namespace, ref.name, instance)
 
     # --- what the preflight proves --------------------------------------------------------
@@ -108,10 +108,10 @@ class PlainMode:
     def hold_reason(self, namespace: str) -> str:
         return access.plain_hold_reason(namespace)
 
-    async def prove_readmission(self, kube: Kube, watch_for: float) -> CapabilityStatus:
+    async def prove_readmission(self, kube: KubeAPI, watch_for: float) -> CapabilityStatus:
         return readmission.plain_readmission()
 
-    async def watch_probe(self, kube: Kube, namespace: str, probe: Mapping[str, Any],
+    async def watch_probe(self, kube: KubeAPI, namespace: str, probe: Mapping[str, Any],
                           seen: probe_watch.ProbeWatch) -> None:
         await probe_watch.watch_suspend(kube, namespace, str(probe["metadata"]["name"]), seen)
 

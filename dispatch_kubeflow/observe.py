@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from dispatch_kubeflow import errors, state
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import meta
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.model import ObjectRef, ObjectState, Observation
 from dispatch_kubeflow.waits import Watched, wait_for_all
@@ -27,7 +27,7 @@ Obj = dict[str, Any]
 class ObserveMode(Protocol):
     """What inspect and wait need of the mode."""
 
-    async def workload(self, kube: Kube, trainjob: Mapping[str, Any]) -> Obj | None:
+    async def workload(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> Obj | None:
         """The TrainJob's Workload, if the mode has one."""
         ...
 
@@ -40,12 +40,12 @@ class ObserveMode(Protocol):
         """When the library must release the job's hold itself (None: never, or not now)."""
         ...
 
-    async def release_expired(self, kube: Kube, ref: ObjectRef) -> None:
+    async def release_expired(self, kube: KubeAPI, ref: ObjectRef) -> None:
         """Release the job's hold if it expired and the library is the one to release it."""
         ...
 
 
-async def read(kube: Kube, mode: ObserveMode, ref: ObjectRef
+async def read(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef
                ) -> tuple[Obj | None, Obj | None, list[Obj]]:
     """The job's TrainJob, Workload (the mode's) and pods, as they are now."""
     trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
@@ -55,12 +55,12 @@ async def read(kube: Kube, mode: ObserveMode, ref: ObjectRef
     return trainjob, workload, pods
 
 
-async def inspect(kube: Kube, mode: ObserveMode, ref: ObjectRef) -> Observation:
+async def inspect(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef) -> Observation:
     """The job's state (see :mod:`dispatch_kubeflow.state`). Reads only, in every mode."""
     return state.observe(*await read(kube, mode, ref))
 
 
-async def wait(kube: Kube, mode: ObserveMode, ref: ObjectRef,
+async def wait(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
                want: frozenset[ObjectState]) -> Observation:
     """Watch until the job is in a state of ``want``; the caller bounds the wait.
 
@@ -79,7 +79,7 @@ async def wait(kube: Kube, mode: ObserveMode, ref: ObjectRef,
             return obs
 
 
-async def _watch_state(kube: Kube, mode: ObserveMode, ref: ObjectRef,
+async def _watch_state(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
                        want: frozenset[ObjectState]) -> Observation | None:
     """Watch until a state in ``want`` (an Observation), or until a hold the library must
     release expired (None)."""

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import (
     CLUSTER_TRAINING_RUNTIME,
     TRAINING_RUNTIME,
@@ -200,7 +200,7 @@ class StartMode(Protocol):
         """The annotations a new TrainJob carries so it starts closed (Kueue's gate)."""
         ...
 
-    async def started(self, kube: Kube, trainjob: Mapping[str, Any]) -> None:
+    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> None:
         """What Start waits for once the TrainJob is made (Kueue: its Workload)."""
         ...
 
@@ -255,7 +255,7 @@ def runtime_not_seen(exc: errors.KubeError) -> bool:
             and exc.names_field("spec.runtimeRef"))
 
 
-async def create_trainjob(kube: Kube, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+async def create_trainjob(kube: KubeAPI, ns: str, body: dict[str, Any]) -> dict[str, Any]:
     """Create a TrainJob, waiting out Trainer's cache lag for a runtime just created."""
     delay = 0.1
     for attempt in range(_RUNTIME_LAG_RETRIES + 1):
@@ -276,7 +276,7 @@ _ROUNDS = 4
 """How often Start judges again after a concurrent writer changed what it read."""
 
 
-async def start(kube: Kube, settings: Settings, mode: StartMode,
+async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
                 req: StartRequest) -> ObjectRef:
     """Start ``req`` closed; see the module docstring.
 
@@ -353,7 +353,7 @@ async def start(kube: Kube, settings: Settings, mode: StartMode,
                      uid=str(meta(tj)["uid"]))
 
 
-async def _copy_if_mine(kube: Kube, ns: str, name: str,
+async def _copy_if_mine(kube: KubeAPI, ns: str, name: str,
                         digest: str) -> dict[str, Any] | None:
     """The copy as it is now, if it is this request's (None when gone or another's)."""
     rt = await kube.get_or_none(TRAINING_RUNTIME, name, ns)
@@ -363,7 +363,7 @@ async def _copy_if_mine(kube: Kube, ns: str, name: str,
     return None
 
 
-async def _own_copy(kube: Kube, ns: str, name: str, tj: Mapping[str, Any],
+async def _own_copy(kube: KubeAPI, ns: str, name: str, tj: Mapping[str, Any],
                     mine: Mapping[str, Any], digest: str,
                     rt: dict[str, Any] | None = None) -> bool:
     """Make the TrainJob the owner of its copy (so the collector removes the copy with it).
@@ -407,7 +407,7 @@ def _same_or_conflict(obj: Mapping[str, Any], mine: Mapping[str, Any], digest: s
             "job and submission can be started only with the same request")
 
 
-async def _read_runtime(kube: Kube, namespace: str, runtime: RuntimeRef) -> dict[str, Any]:
+async def _read_runtime(kube: KubeAPI, namespace: str, runtime: RuntimeRef) -> dict[str, Any]:
     if runtime.kind == KIND_CLUSTER_TRAINING_RUNTIME:
         found = await kube.get_or_none(CLUSTER_TRAINING_RUNTIME, runtime.runtime)
     else:

@@ -29,7 +29,7 @@ from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.core.times import format_microtime
 from dispatch_kubeflow.find import Findings, Found, find, selector
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import EVENT, POD, TRAINING_RUNTIME, TRAINJOB
 from dispatch_kubeflow.model import JobID, ObjectRef, StopReport
 
@@ -39,7 +39,7 @@ _PASS_WAIT = 1.0
 REPORTING_CONTROLLER = f"{names.DOMAIN}/kubeflow"
 
 
-async def record_reason(kube: Kube, trainjob: Mapping[str, Any], reason: str) -> None:
+async def record_reason(kube: KubeAPI, trainjob: Mapping[str, Any], reason: str) -> None:
     """An Event on the TrainJob saying why it is stopped (best effort)."""
     m = meta(trainjob)
     now = format_microtime(datetime.now(UTC))
@@ -62,7 +62,7 @@ async def record_reason(kube: Kube, trainjob: Mapping[str, Any], reason: str) ->
         log.warning("StopJob: could not record the reason on TrainJob %s: %s", m["name"], exc)
 
 
-async def _delete(kube: Kube, f: Found) -> None:
+async def _delete(kube: KubeAPI, f: Found) -> None:
     m = meta(f.obj)
     if m.get("deletionTimestamp") and f.res is not POD:
         return  # already going; deleting again changes nothing
@@ -72,7 +72,7 @@ async def _delete(kube: Kube, f: Found) -> None:
                           uid=f.uid or None, propagation="Background")
 
 
-async def stop_job(kube: Kube, namespace: str, job: JobID, reason: str, *,
+async def stop_job(kube: KubeAPI, namespace: str, job: JobID, reason: str, *,
                    kinds: Sequence[Resource], limit: timedelta) -> StopReport:
     """Delete everything of ``job`` of the ``kinds`` (the mode's); see the module docstring."""
     loop = asyncio.get_running_loop()
@@ -102,7 +102,7 @@ async def stop_job(kube: Kube, namespace: str, job: JobID, reason: str, *,
     return _report(seen, findings)
 
 
-async def wait_gone(kube: Kube, namespace: str, job: JobID, findings: Findings,
+async def wait_gone(kube: KubeAPI, namespace: str, job: JobID, findings: Findings,
                     seconds: float) -> None:
     """Watch until every object ``findings`` found is deleted, or ``seconds`` pass.
 

@@ -11,14 +11,14 @@ from dispatch_kubeflow.conformance.registry import CheckFailed
 from dispatch_kubeflow.conformance.suite import Suite
 from dispatch_kubeflow.conformance.watching import delete_and_wait
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube import resources as r
 
 Made = list[tuple[r.Resource, str]]
 """The cluster-scoped objects made so far, to remove afterwards."""
 
 
-async def make_queues(kube: Kube, ns: str, o: Options, made: Made) -> None:
+async def make_queues(kube: KubeAPI, ns: str, o: Options, made: Made) -> None:
     """The namespace, ClusterQueue and LocalQueue; what was made goes into ``made``."""
     labels = {names.MANAGED_BY_LABEL: MANAGED_BY}
     if await kube.get_or_none(r.NAMESPACE, ns) is not None:
@@ -44,7 +44,7 @@ async def make_queues(kube: Kube, ns: str, o: Options, made: Made) -> None:
                                       "spec": {"clusterQueue": ns}}, ns)
 
 
-async def clean_up(suite: Suite | None, kube: Kube, made: Made,
+async def clean_up(suite: Suite | None, kube: KubeAPI, made: Made,
                    out: Callable[[str], None]) -> list[str]:
     """Stop the job if a check left it, close the backend, delete what was made: problems."""
     problems: list[str] = []

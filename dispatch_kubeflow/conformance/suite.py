@@ -9,7 +9,7 @@ from dispatch_kubeflow.backend import Backend
 from dispatch_kubeflow.conformance.identity import Identity
 from dispatch_kubeflow.conformance.options import MANAGED_BY, Options
 from dispatch_kubeflow.conformance.registry import CheckFailed
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.model import (
     Actor,
     ActorKind,
@@ -34,7 +34,7 @@ class Suite:
     that should have made it.
     """
 
-    def __init__(self, options: Options, kube: Kube, namespace: str) -> None:
+    def __init__(self, options: Options, kube: KubeAPI, namespace: str) -> None:
         self.o = options
         self.kube = kube
         self.ns = namespace

@@ -19,7 +19,7 @@ from dispatch_kubeflow.conformance.registry import CheckFailed
 from dispatch_kubeflow.conformance.suite import MARKER, Suite
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import is_true, meta
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube import resources as r
 from dispatch_kubeflow.model import JobID, ObjectRef, ObjectState, Observation, OutputStream
 from dispatch_kubeflow.state import newest_workload, observe
@@ -51,7 +51,7 @@ def workload_selector(ref: ObjectRef) -> str:
     return f"{names.KUEUE_JOB_UID_LABEL}={ref.uid}"
 
 
-async def watch_job(kube: Kube, ref: ObjectRef, judge: Callable[[JobView], T | None],
+async def watch_job(kube: KubeAPI, ref: ObjectRef, judge: Callable[[JobView], T | None],
                     seen: list[JobView]) -> T:
     """Watch the job's TrainJob, pods and Workload until ``judge`` of them is not None.
 
@@ -169,7 +169,7 @@ async def _read_to_marker(backend: Backend, job: JobID) -> str | None:
     return None
 
 
-async def _pods_change(kube: Kube, ref: ObjectRef, rv: str) -> None:
+async def _pods_change(kube: KubeAPI, ref: ObjectRef, rv: str) -> None:
     """Return at the first change to the job's pods after resourceVersion ``rv``.
 
     Also when the watch cannot say: ``rv`` too old to watch from (410), a broken stream, or
@@ -189,7 +189,7 @@ async def _pods_change(kube: Kube, ref: ObjectRef, rv: str) -> None:
         await events.aclose()  # type: ignore[attr-defined]
 
 
-async def delete_and_wait(kube: Kube, res: r.Resource, name: str, limit: float) -> str | None:
+async def delete_and_wait(kube: KubeAPI, res: r.Resource, name: str, limit: float) -> str | None:
     """Delete a cluster-scoped object and watch until it is gone; the problem, or None."""
     try:
         await kube.delete(res, name, propagation="Background")

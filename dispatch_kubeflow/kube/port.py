@@ -45,6 +45,9 @@ class KubeAPI(Protocol):
     Status says (404 KubeNotFound, 409 KubeConflict, 410 KubeGone, ...).
     """
 
+    requests: int
+    """How many requests were sent (benchmarks and request-count tests read it)."""
+
     @property
     def host(self) -> str: ...
 

@@ -48,7 +48,7 @@ import asyncio
 from collections.abc import Mapping
 
 from dispatch_kubeflow import errors
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.model import Capability, CapabilitySource, CapabilityStatus
 from dispatch_kubeflow.preflight.a_writes import (
     A_POLICY,
@@ -107,7 +107,7 @@ def permissions(settings: Settings, mode: PreflightMode) -> list[Permission]:
     return merged([*common_permissions(ns), *mode.permissions(ns)])
 
 
-async def run(kube: Kube, settings: Settings, mode: PreflightMode) -> Caps:
+async def run(kube: KubeAPI, settings: Settings, mode: PreflightMode) -> Caps:
     """Every capability's status in ``mode``; see the module docstring."""
     try:
         problems = await check_versions(kube, [*ALWAYS, *mode.api_versions()])

@@ -16,7 +16,7 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB
 from dispatch_kubeflow.model import CapabilityStatus
 from dispatch_kubeflow.preflight.mode import PreflightMode
@@ -113,7 +113,7 @@ def _unproven(probe: str, control: errors.KubeError) -> CapabilityStatus:
                    f"annotation of probe TrainJob {probe} was refused: {control}")
 
 
-async def _who_am_i(kube: Kube) -> str:
+async def _who_am_i(kube: KubeAPI) -> str:
     try:
         review = await kube.create(SELF_SUBJECT_REVIEW, {})
     except errors.KubeError:
@@ -122,7 +122,7 @@ async def _who_am_i(kube: Kube) -> str:
     return str(user.get("username") or "this identity")
 
 
-async def _dry_run_patch(kube: Kube, namespace: str, name: str,
+async def _dry_run_patch(kube: KubeAPI, namespace: str, name: str,
                          patch: Mapping[str, Any]) -> errors.KubeError | None:
     try:
         # A dry run persists nothing, so it needs no precondition.
@@ -132,7 +132,7 @@ async def _dry_run_patch(kube: Kube, namespace: str, name: str,
     return None
 
 
-async def check_a_writes(kube: Kube, ns: str, probe_name: str,
+async def check_a_writes(kube: KubeAPI, ns: str, probe_name: str,
                          mode: PreflightMode) -> CapabilityStatus:
     """Who may write the probe's A: in Kueue mode only the controller, in plain mode we."""
     who, a_write, control = await asyncio.gather(

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.model import Capability
 
 
@@ -71,7 +71,7 @@ def merged(perms: Iterable[Permission]) -> list[Permission]:
     return list(out.values())
 
 
-async def check_permissions(kube: Kube,
+async def check_permissions(kube: KubeAPI,
                             wanted: Iterable[Permission]) -> dict[Capability, list[str]]:
     """The missing permissions, by the capability that needs them."""
 

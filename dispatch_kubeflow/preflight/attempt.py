@@ -12,7 +12,7 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import identity, names
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, SERVICE_ACCOUNT
 from dispatch_kubeflow.model import CapabilityStatus, JobID
 from dispatch_kubeflow.preflight.a_writes import check_a_writes
@@ -61,7 +61,7 @@ SERVICE_ACCOUNT_WAIT = 15.0
 """How long the probe waits for a new namespace's ``default`` ServiceAccount."""
 
 
-async def _default_service_account(kube: Kube, namespace: str) -> bool:
+async def _default_service_account(kube: KubeAPI, namespace: str) -> bool:
     """Whether the namespace has its ``default`` ServiceAccount, waiting briefly for it: the
     API server refuses every pod, dry-run ones too, until the controller-manager has made it,
     which in a namespace made a moment ago it may not have yet."""
@@ -77,7 +77,7 @@ async def _default_service_account(kube: Kube, namespace: str) -> bool:
     return True
 
 
-async def attempt_injection(kube: Kube, settings: Settings, mode: PreflightMode, job: JobID,
+async def attempt_injection(kube: KubeAPI, settings: Settings, mode: PreflightMode, job: JobID,
                             probe_name: str) -> CapabilityStatus:
     """The admission webhook injects the identity into a pod of the probe, and nobody but
     who should may raise A (:mod:`.a_writes`)."""

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from dispatch_kubeflow import errors
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.model import CapabilityStatus
 from dispatch_kubeflow.preflight.access import Permission
 from dispatch_kubeflow.preflight.probe_watch import ProbeWatch
@@ -25,7 +25,7 @@ class PreflightMode(Protocol):
         """Why Hold is yes once its permissions are there."""
         ...
 
-    async def prove_readmission(self, kube: Kube, watch_for: float) -> CapabilityStatus:
+    async def prove_readmission(self, kube: KubeAPI, watch_for: float) -> CapabilityStatus:
         ...
 
     def trainjob_labels(self) -> dict[str, str]:
@@ -36,7 +36,7 @@ class PreflightMode(Protocol):
         """The annotations a new TrainJob carries so it starts closed."""
         ...
 
-    async def watch_probe(self, kube: Kube, namespace: str, probe: Mapping[str, Any],
+    async def watch_probe(self, kube: KubeAPI, namespace: str, probe: Mapping[str, Any],
                           seen: ProbeWatch) -> None:
         """Watch what the mode's gate must keep from happening to the probe."""
         ...

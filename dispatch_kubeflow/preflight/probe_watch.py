@@ -20,7 +20,7 @@ from typing import Any
 
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import annotations_of, condition, meta
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import CapabilityStatus
 from dispatch_kubeflow.preflight.verdicts import no, unknown, yes
@@ -48,7 +48,7 @@ class ProbeWatch:
             self.proven.set()
 
 
-async def watch_pods(kube: Kube, ns: str, name: str, seen: ProbeWatch) -> None:
+async def watch_pods(kube: KubeAPI, ns: str, name: str, seen: ProbeWatch) -> None:
     def any_pod(pods: Mapping[str, Any]) -> bool | None:
         if pods:
             seen.no_pods = False
@@ -71,7 +71,7 @@ def breached(name: str, seen: ProbeWatch) -> CapabilityStatus | None:
 # --- Kueue mode ---------------------------------------------------------------------------------
 
 
-async def watch_workload(kube: Kube, ns: str, uid: str, seen: ProbeWatch) -> None:
+async def watch_workload(kube: KubeAPI, ns: str, uid: str, seen: ProbeWatch) -> None:
     def look(wls: Mapping[str, Any]) -> bool | None:
         for wl in wls.values():
             qr = condition(wl, "QuotaReserved") or {}
@@ -114,7 +114,7 @@ def judge_gated(name: str, seen: ProbeWatch, seconds: float) -> CapabilityStatus
 # --- plain mode ---------------------------------------------------------------------------------
 
 
-async def watch_suspend(kube: Kube, ns: str, name: str, seen: ProbeWatch) -> None:
+async def watch_suspend(kube: KubeAPI, ns: str, name: str, seen: ProbeWatch) -> None:
     def look(tjs: Mapping[str, Any]) -> bool | None:
         tj = tjs.get(name)
         if tj is not None and not (tj.get("spec") or {}).get("suspend"):

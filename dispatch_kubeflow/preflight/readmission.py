@@ -21,7 +21,7 @@ from typing import Any
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.core.times import parse_time
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, LEASE, LOCAL_QUEUE
 from dispatch_kubeflow.model import CapabilitySource, CapabilityStatus
 from dispatch_kubeflow.preflight.verdicts import no, yes
@@ -70,7 +70,7 @@ def plain_readmission() -> CapabilityStatus:
                "pod of its previous execution has gone", CapabilitySource.MODE)
 
 
-async def check_readmission(kube: Kube, ns: str, kueue: KueueSettings,
+async def check_readmission(kube: KubeAPI, ns: str, kueue: KueueSettings,
                             watch_for: float) -> CapabilityStatus:
     """Kueue mode: the queue lists the check, whose controller is dispatch's and alive."""
     lq = await kube.get_or_none(LOCAL_QUEUE, kueue.local_queue, ns)
@@ -107,7 +107,7 @@ async def check_readmission(kube: Kube, ns: str, kueue: KueueSettings,
                 f"controller holds Lease {lease_id}")
 
 
-async def _watch_renewal(kube: Kube, lease: Mapping[str, Any], seconds: float,
+async def _watch_renewal(kube: KubeAPI, lease: Mapping[str, Any], seconds: float,
                          stale: str) -> tuple[bool, str]:
     """Watch the Lease: a renewal seen happen proves its holder alive (clock-independent)."""
     spec = lease.get("spec") or {}

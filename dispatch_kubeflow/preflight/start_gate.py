@@ -19,7 +19,7 @@ from typing import Any
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import meta
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME, TRAINJOB
 from dispatch_kubeflow.model import Capability, CapabilitySource, JobID
 from dispatch_kubeflow.preflight.attempt import PROBE_NODE_LABEL, attempt_injection
@@ -58,7 +58,7 @@ def probe_body(settings: Settings, mode: PreflightMode, runtime: Mapping[str, An
     }
 
 
-async def probe(kube: Kube, settings: Settings, mode: PreflightMode, caps: Caps, *,
+async def probe(kube: KubeAPI, settings: Settings, mode: PreflightMode, caps: Caps, *,
                 try_injection: bool) -> None:
     """Prove the start gate (and attempt injection while the probe exists) into ``caps``."""
     pr = settings.probe_runtime

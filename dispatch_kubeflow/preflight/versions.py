@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 
 ALWAYS: tuple[tuple[str, str], ...] = (
     (names.TRAINER_GROUP, names.TRAINER_VERSION), (names.JOBSET_GROUP, names.JOBSET_VERSION))
 """What every mode needs (Kueue mode adds Kueue's)."""
 
 
-async def check_versions(kube: Kube, required: Sequence[tuple[str, str]]) -> list[str]:
+async def check_versions(kube: KubeAPI, required: Sequence[tuple[str, str]]) -> list[str]:
     """Problems with the served API versions ([] when all are served)."""
     problems = []
     for group, version in required:

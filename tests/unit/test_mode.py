@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -17,7 +17,7 @@ from dispatch_kubeflow import errors, observe
 from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.times import format_time
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import Resource
 from dispatch_kubeflow.kube.resources import CLUSTER_TRAINING_RUNTIME, POD, TRAINJOB, WORKLOAD
 from dispatch_kubeflow.kube.transport import WatchEvent
 from dispatch_kubeflow.mode_kueue import KueueMode
@@ -89,7 +89,7 @@ async def run_probe(kube: WatchingKube, seconds: str = "0.2s") -> dict[Capabilit
                                "timeouts": {"preflightProbe": seconds}})
     kube.objects[(CLUSTER_TRAINING_RUNTIME.plural, "", "rt")] = {"metadata": {"name": "rt"}}
     caps: dict[Capability, Any] = {}
-    await probe(cast(Kube, kube), settings, select_mode(settings), caps, try_injection=False)
+    await probe(kube, settings, select_mode(settings), caps, try_injection=False)
     return caps
 
 
@@ -127,7 +127,7 @@ async def test_inspect_never_releases_an_expired_plain_hold() -> None:
     tj, ref = await held_trainjob(kube, datetime.now(UTC) - timedelta(minutes=1))
     mode = select_mode(PLAIN)
     requests = kube.requests
-    obs = await observe.inspect(cast(Kube, kube), mode, ref)
+    obs = await observe.inspect(kube, mode, ref)
     assert obs.state is ObjectState.HELD
     assert obs.hold_instance == 1
     assert kube.all(TRAINJOB)[0]["metadata"]["resourceVersion"] == tj["metadata"][
@@ -145,7 +145,7 @@ async def test_a_plain_wait_releases_the_hold_when_it_expires() -> None:
     kube = WatchingKube()
     _, ref = await held_trainjob(kube, datetime.now(UTC) + timedelta(seconds=0.3))
     async with asyncio.timeout(5):
-        obs = await observe.wait(cast(Kube, kube), select_mode(PLAIN), ref,
+        obs = await observe.wait(kube, select_mode(PLAIN), ref,
                                  frozenset({ObjectState.RUNNING}))
     assert obs.state is ObjectState.RUNNING
     assert obs.admissions == 2

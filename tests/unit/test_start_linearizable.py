@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -19,7 +19,7 @@ from dispatch_kubeflow import errors
 from dispatch_kubeflow import start as start_mod
 from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME, TRAINJOB
 from dispatch_kubeflow.model import Image, JobID, JobSpec, ObjectRef, RuntimeRef, StartRequest
 from dispatch_kubeflow.settings import Settings
@@ -47,8 +47,8 @@ async def fake(seed: int) -> FakeKube:
     return k
 
 
-def as_kube(k: FakeKube) -> Kube:
-    return cast(Kube, k)
+def as_kube(k: FakeKube) -> KubeAPI:
+    return k
 
 
 def check_linearizable(k: FakeKube, reqs: list[StartRequest], outcomes: list[Any]) -> None:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from dispatch_kubeflow import stop as stop_mod
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.find import KINDS
-from dispatch_kubeflow.kube import Kube, Resource
+from dispatch_kubeflow.kube import Resource
 from dispatch_kubeflow.kube.resources import (
     EVENT,
     JOB,
@@ -78,7 +78,7 @@ async def test_stop_deletes_everything_of_the_job_and_nothing_else(seed: int) ->
     others = left(k, *ALL)
     await a_job(k)
     mine = left(k, *ALL) - others
-    report = await stop_mod.stop_job(cast(Kube, k), NS, JOB_ID, "asked to", kinds=KINDS,
+    report = await stop_mod.stop_job(k, NS, JOB_ID, "asked to", kinds=KINDS,
                                      limit=timedelta(seconds=5))
     assert left(k, *ALL) == others
     assert {(r.kind, r.name) for r in report.stopped} == mine
@@ -101,7 +101,7 @@ async def test_what_appears_during_a_pass_is_deleted_by_the_next(seed: int) -> N
                 k.create(POD, labelled(f"{TJ}-late"), NS)))
 
     k.before = when
-    report = await stop_mod.stop_job(cast(Kube, k), NS, JOB_ID, "r", kinds=KINDS,
+    report = await stop_mod.stop_job(k, NS, JOB_ID, "r", kinds=KINDS,
                                      limit=timedelta(seconds=5))
     await late[0]  # already done: stop_job's passes ran until nothing was left
     assert left(k, *ALL) == set()
@@ -117,7 +117,7 @@ async def test_what_will_not_go_is_reported_alive_when_the_time_is_up() -> None:
                   NS)
     loop = asyncio.get_running_loop()
     began = loop.time()
-    report = await stop_mod.stop_job(cast(Kube, k), NS, JOB_ID, "r", kinds=KINDS,
+    report = await stop_mod.stop_job(k, NS, JOB_ID, "r", kinds=KINDS,
                                      limit=timedelta(seconds=0.3))
     took = loop.time() - began
     assert 0.3 <= took < 3  # it waited its time, by watching, and then stopped

@@ -26,7 +26,7 @@ from dispatch_kubeflow.conformance.watching import (
     workload_selector,
 )
 from dispatch_kubeflow.core.objects import is_true, meta
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube import resources as r
 from dispatch_kubeflow.model import ObjectState
 from dispatch_kubeflow.waits import cancel_all
@@ -127,7 +127,7 @@ class ReleaseWatch:
         return [self.old[uid] for uid, mark in self.gone.items() if mark.after(self.approval)]
 
 
-async def _consume(kube: Kube, res: r.Resource, ns: str, selector: str, sink: Sink) -> None:
+async def _consume(kube: KubeAPI, res: r.Resource, ns: str, selector: str, sink: Sink) -> None:
     async for ev in kube.observe(res, ns, label_selector=selector):
         sink(ev.type, ev.object, ev.items)
 
