@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -376,6 +377,23 @@ async def setup(kube: Kube, ns: str) -> None:
                                       "spec": {"clusterQueue": ns}}, ns)
 
 
+PREFLIGHT_RUNS = 5
+
+
+async def preflight_times(ns: str, kube: Kube) -> dict[str, list[float]]:
+    """Seconds of ``Backend.connect`` (the whole preflight), ``probeWatch`` "proof" against
+    the seed's "window", alternating so load drifts hit both alike."""
+    took: dict[str, list[float]] = {"proof": [], "window": []}
+    for _ in range(PREFLIGHT_RUNS):
+        for how in took:
+            began = time.monotonic()
+            b = await Backend.connect({**settings(ns), "probeWatch": how}, kube=kube)
+            took[how].append(time.monotonic() - began)
+            assert not b.observe_only, b.observe_only_reasons
+            await b.close()
+    return took
+
+
 async def main() -> None:
     if not os.environ.get("KUBECONFIG"):
         sys.exit("set KUBECONFIG to the cluster to measure")
@@ -385,6 +403,7 @@ async def main() -> None:
         await setup(watch_kube, ns)
         latencies, adapter_requests, preflight = await adapter_lifecycle(ns, watch_kube)
         bare_requests = await bare_lifecycle(ns)
+        preflights = await preflight_times(ns, watch_kube)
     finally:
         await watch_kube.delete(r.CLUSTER_QUEUE, ns)
         await watch_kube.delete(r.NAMESPACE, ns)
@@ -405,6 +424,13 @@ async def main() -> None:
     print(f"  {'total':<34}{sum(n for _, n in adapter_requests):>9}"
           f"{sum(n for _, n in bare_requests):>7}")
     print(f"  preflight, once per Backend.connect: {preflight} requests (not in the total)")
+    print()
+    print(f"(c) Backend.connect (the preflight), seconds, {PREFLIGHT_RUNS} runs each")
+    proof, window = (statistics.median(preflights[k]) for k in ("proof", "window"))
+    print(f"  {'probeWatch':<12}{'p50':>7}{'max':>7}")
+    for how, times in preflights.items():
+        print(f"  {how:<12}{statistics.median(times):>7.2f}{max(times):>7.2f}")
+    print(f"  proof / window at p50: {proof / window:.2f}")
 
 
 if __name__ == "__main__":

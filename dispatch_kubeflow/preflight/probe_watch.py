@@ -41,9 +41,12 @@ class ProbeWatch:
     Kueue's own words, while no pod exists."""
     proven_after: float = 0.0
     began: float = field(default_factory=time.monotonic)
+    end_at_proof: bool = False
+    """probeWatch "proof": a positive proof ends the probe (else it watches its window)."""
 
     def check_proof(self) -> None:
-        if self.gated_seen and self.no_pods and not self.breach and not self.proven.is_set():
+        if (self.end_at_proof and self.gated_seen and self.no_pods and not self.breach
+                and not self.proven.is_set()):
             self.proven_after = time.monotonic() - self.began
             self.proven.set()
 

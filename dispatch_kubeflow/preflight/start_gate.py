@@ -79,7 +79,7 @@ async def probe(kube: KubeAPI, settings: Settings, mode: PreflightMode, caps: Ca
     created = await kube.create(TRAINJOB, body, ns, field_manager=names.ADAPTER_FIELD_MANAGER)
     seconds = settings.timeouts.preflight_probe.total_seconds()
     try:
-        seen = ProbeWatch()
+        seen = ProbeWatch(end_at_proof=settings.probe_watch == "proof")
         tasks = [asyncio.ensure_future(watch_pods(kube, ns, name, seen)),
                  asyncio.ensure_future(mode.watch_probe(kube, ns, created, seen))]
         # A watch that fails ends the wait at once: it has nothing more to say. With

@@ -110,6 +110,60 @@ async def test_a_probe_whose_watch_died_proves_nothing() -> None:
     assert not kube.all(TRAINJOB), "the probe TrainJob is deleted whatever happened"
 
 
+async def gated_probe(probe_watch: str, *, gate: str = names.GATE,
+                      window: str = "30s") -> tuple[Any, float]:
+    """Probe in Kueue mode; the test writes what Kueue would (a Workload for the probe,
+    QuotaReserved False AdmissionGated by ``gate``). The start gate's status, and seconds."""
+    kube = FakeKube()
+    settings = Settings.parse({"namespace": NS, "probeRuntime": {"name": "rt"},
+                               "kueue": {"localQueue": "lq"}, "probeWatch": probe_watch,
+                               "timeouts": {"preflightProbe": window}})
+    await kube.create(CLUSTER_TRAINING_RUNTIME, {"metadata": {"name": "rt"}})
+
+    async def workload_reported_gated() -> None:
+        async for ev in kube.observe(TRAINJOB, NS):  # the probe's TrainJob appears
+            tjs = ev.items if ev.type == "SYNC" else (ev.object,)
+            if tjs:
+                break
+        await kube.create(WORKLOAD, {
+            "metadata": {"name": "wl", "labels": {
+                names.KUEUE_JOB_UID_LABEL: tjs[0]["metadata"]["uid"]},
+                "annotations": {names.ADMISSION_GATED_BY: gate}},
+            "status": {"conditions": [{"type": "QuotaReserved", "status": "False",
+                                       "reason": "AdmissionGated"}]}}, NS)
+
+    kueue = asyncio.create_task(workload_reported_gated())
+    caps: dict[Capability, Any] = {}
+    began = asyncio.get_running_loop().time()
+    await probe(kube, settings, select_mode(settings), caps, try_injection=False)
+    await kueue
+    return caps[Capability.START_GATE], asyncio.get_running_loop().time() - began
+
+
+@pytest.mark.asyncio
+async def test_kueue_s_own_admission_gated_proves_the_gate_at_once() -> None:
+    status, took = await gated_probe("proof")
+    assert status.ok, status
+    assert f"AdmissionGated by {names.GATE}, with no pod" in status.reason
+    assert took < 5  # not the 30 s window
+
+
+@pytest.mark.asyncio
+async def test_probe_watch_window_watches_the_whole_window() -> None:
+    status, took = await gated_probe("window", window="0.3s")
+    assert status.ok, status
+    assert "stayed gated for 0.3s" in status.reason
+    assert took >= 0.3
+
+
+@pytest.mark.asyncio
+async def test_another_controller_s_gate_proves_nothing() -> None:
+    status, took = await gated_probe("proof", gate="example.com/other", window="0.3s")
+    assert not status.ok, status
+    assert "did not report" in status.reason
+    assert took >= 0.3
+
+
 # --- inspect only reads -----------------------------------------------------------------------
 
 
