@@ -1,0 +1,101 @@
+"""Plain mode's admission (dispatch_kubeflow.admission_count.admit_plain) against the
+in-memory fake of our port: A rises once per admission, only when no pod of the previous
+execution is left, and never twice for one admission however calls interleave."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from dispatch_kubeflow.admission_count import admit_plain
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.kube.resources import POD, TRAINJOB
+from tests.unit.fake_kube import FakeKube
+
+NS, NAME = "ns", "dj-x-s1"
+
+
+async def suspended_trainjob(kube: FakeKube, a: int = 0) -> None:
+    annotations = {names.ADMISSION_COUNT: str(a)} if a else {}
+    await kube.create(TRAINJOB, {"metadata": {"name": NAME, "annotations": annotations},
+                                 "spec": {"suspend": True}}, NS)
+
+
+async def old_pod(kube: FakeKube) -> None:
+    await kube.create(POD, {"metadata": {"name": f"{NAME}-node-0-0-x", "labels": {
+        names.JOBSET_NAME_LABEL: NAME}}}, NS)
+
+
+def always(_: Any) -> bool:
+    return True
+
+
+async def trainjob(kube: FakeKube) -> dict[str, Any]:
+    return await kube.get(TRAINJOB, NAME, NS)
+
+
+@pytest.mark.asyncio
+async def test_with_no_pod_left_a_rises_and_the_job_is_unsuspended() -> None:
+    kube = FakeKube()
+    await suspended_trainjob(kube)
+    assert await admit_plain(kube, NS, NAME, should_admit=always)
+    tj = await trainjob(kube)
+    assert admissions(tj) == 1
+    assert tj["spec"]["suspend"] is False
+    assert tj["metadata"]["annotations"][names.ADMISSION_TOKEN] == "plain/1"
+
+
+@pytest.mark.asyncio
+async def test_it_waits_until_the_previous_execution_s_pods_are_gone() -> None:
+    kube = FakeKube()
+    await suspended_trainjob(kube, a=1)
+    await old_pod(kube)
+    admitting = asyncio.create_task(admit_plain(kube, NS, NAME, should_admit=always))
+    await asyncio.sleep(0.05)
+    assert not admitting.done()
+    assert admissions(await trainjob(kube)) == 1, "A rose while a pod was left"
+    await kube.delete(POD, f"{NAME}-node-0-0-x", NS)
+    assert await asyncio.wait_for(admitting, 5)
+    assert admissions(await trainjob(kube)) == 2
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.asyncio
+async def test_concurrent_admissions_raise_a_once(seed: int) -> None:
+    kube = FakeKube(seed)
+    await suspended_trainjob(kube)
+    results = await asyncio.gather(*(admit_plain(kube, NS, NAME, should_admit=always)
+                                     for _ in range(3)))
+    assert sorted(results) == [False, False, True]
+    assert admissions(await trainjob(kube)) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_change_under_the_patch_is_a_conflict_and_it_looks_again() -> None:
+    kube = FakeKube()
+    await suspended_trainjob(kube)
+    patches = 0
+
+    def before(verb: str, res: Any, name: str) -> None:
+        nonlocal patches
+        if verb == "patch" and res == TRAINJOB:
+            patches += 1
+            if patches == 1:  # someone else writes the TrainJob just before our patch
+                kube.write_now(TRAINJOB, NAME, NS, {"metadata": {"labels": {"x": "y"}}})
+
+    kube.before = before
+    assert await admit_plain(kube, NS, NAME, should_admit=always)
+    assert patches == 2
+    assert admissions(await trainjob(kube)) == 1
+
+
+@pytest.mark.asyncio
+async def test_nothing_is_written_when_the_caller_s_condition_no_longer_holds() -> None:
+    kube = FakeKube()
+    await suspended_trainjob(kube)
+    assert not await admit_plain(kube, NS, NAME, should_admit=lambda tj: False)
+    assert admissions(await trainjob(kube)) == 0
+    assert (await trainjob(kube))["spec"]["suspend"] is True
