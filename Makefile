@@ -24,7 +24,7 @@ demo: venv
 ## test: lint, unit tests, then every cluster test against the local cluster (started and
 ## stopped here) or the cluster named by $$KUBECONFIG.
 test: venv lint
-	$(PY) -m pytest tests/unit
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest tests/unit
 	$(PY) -m pytest tests/verify
 	$(PY) -m pytest -m machine tests/cluster
 	$(PY) -m pytest -m 'not machine' tests/cluster
@@ -36,7 +36,7 @@ lint: venv
 	shellcheck -x deploy/local/*.sh deploy/kind/*.sh .ci/run chaos/ledger.sh
 
 unit: venv
-	$(PY) -m pytest tests/unit
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest tests/unit
 
 ## verify: model-check the readmission protocol with spin (and the variants that must fail).
 verify: venv
