@@ -182,3 +182,28 @@ def test_a_cleanup_runs_to_its_end_through_a_cancellation() -> None:
 
     asyncio.run(main())
     assert steps == ["namespace", "queue", "host directory"]
+
+
+def test_the_campaign_table_sums_runs_and_counts_verdicts(tmp_path: Path) -> None:
+    from chaos import campaign
+
+    ok = {"seed": 7, "duration_s": 60.0, "faults": {"node-cut": 1}, "ops": {"open": 2},
+          "faults_failed": {}, "verdicts": dict.fromkeys(campaign.PROPERTIES, True),
+          "violations": [], "error": "", "ok": True, "runner": "abc", "executions": 3,
+          "ledger_lines": 90}
+    bad = {**ok, "seed": 8, "faults": {"node-cut": 2, "node-pause": 1},
+           "faults_failed": {"node-pause": "rc=1"},
+           "verdicts": {**ok["verdicts"], "a": False}, "violations": ["(a) overlap"],
+           "ok": False}
+    lost = {**ok, "seed": 9, "verdicts": {}, "error": "RuntimeError: boom", "ok": False}
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (ok, bad, lost)))
+    text = campaign.table(campaign.load([path]))
+    assert "runs: 3; seeds 7-9" in text
+    assert "| node-cut | 4 | 0 |" in text
+    assert "| node-pause | 1 | 1 |" in text
+    assert "| a | 2 | 1 | 1 |" not in text  # the error run is not judged, not passed
+    assert "| a | 1 | 1 | 1 |" in text
+    assert "seed 8: (a) overlap" in text
+    assert "seed 9: RuntimeError: boom" in text
+    assert campaign.main([str(path)]) == 1
