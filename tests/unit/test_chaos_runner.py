@@ -187,13 +187,14 @@ def test_a_cleanup_runs_to_its_end_through_a_cancellation() -> None:
 def test_the_campaign_table_sums_runs_and_counts_verdicts(tmp_path: Path) -> None:
     from chaos import campaign
 
+    passed = dict.fromkeys(campaign.PROPERTIES, True)
     ok = {"seed": 7, "duration_s": 60.0, "faults": {"node-cut": 1}, "ops": {"open": 2},
-          "faults_failed": {}, "verdicts": dict.fromkeys(campaign.PROPERTIES, True),
+          "faults_failed": {}, "verdicts": passed,
           "violations": [], "error": "", "ok": True, "runner": "abc", "executions": 3,
           "ledger_lines": 90}
     bad = {**ok, "seed": 8, "faults": {"node-cut": 2, "node-pause": 1},
            "faults_failed": {"node-pause": "rc=1"},
-           "verdicts": {**ok["verdicts"], "a": False}, "violations": ["(a) overlap"],
+           "verdicts": {**passed, "a": False}, "violations": ["(a) overlap"],
            "ok": False}
     lost = {**ok, "seed": 9, "verdicts": {}, "error": "RuntimeError: boom", "ok": False}
     path = tmp_path / "runs.jsonl"
