@@ -22,6 +22,10 @@ from dispatch_kubeflow.settings import Settings
 ENV = "DISPATCH_KUBEFLOW_SETTINGS"
 
 
+CLI_TRANSIENT = "3s"
+"""timeouts.transient for the command line, unless its settings file says otherwise."""
+
+
 def default_path() -> Path:
     """``$XDG_CONFIG_HOME/dispatch-kubeflow/settings.json`` (or under ``~/.config``)."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
@@ -87,4 +91,9 @@ def overridden(data: dict[str, Any], target: Target) -> dict[str, Any]:
         data["cluster"] = cluster
     if target.namespace:
         data["namespace"] = target.namespace
+    # A person at a terminal wants a dead API server said at once, not ridden out for the
+    # library's 30 s; a settings file that names timeouts.transient keeps its own.
+    timeouts = data.get("timeouts")
+    if timeouts is None or (isinstance(timeouts, dict) and "transient" not in timeouts):
+        data["timeouts"] = {**(timeouts or {}), "transient": CLI_TRANSIENT}
     return data

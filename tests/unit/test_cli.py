@@ -124,3 +124,13 @@ def test_explain_unreachable() -> None:
     line = explain(err)
     assert line.startswith("cannot reach the cluster: [Errno 111] Connect call failed")
     assert "check cluster.kubeconfig" in line
+
+
+def test_the_command_line_rides_out_a_dead_server_briefly_unless_told() -> None:
+    target = cli_config.Target()
+    brief = cli_config.CLI_TRANSIENT
+    assert cli_config.overridden({}, target)["timeouts"] == {"transient": brief}
+    assert cli_config.overridden({"timeouts": {"request": "5s"}}, target)["timeouts"] == {
+        "request": "5s", "transient": brief}
+    kept = {"timeouts": {"transient": "1m"}}
+    assert cli_config.overridden(kept, target)["timeouts"] == {"transient": "1m"}
