@@ -67,7 +67,10 @@ It reads the same JSON settings section as the library (see the
 
 `--kubeconfig FILE`, `--context NAME` and `-n NAMESPACE` override the file's
 `cluster.kubeconfig`, `cluster.context` and `namespace`, as kubectl's own flags would.
-They go before or after the command: `kubectl dispatch get -n tutorial`.
+They go before or after the command: `kubectl dispatch get -n tutorial`. An API server
+that refuses connections or answers 429 or 503 is ridden out for 3 s a request (the
+library's default, for services, is 30 s: `timeouts.transient`); a settings file that sets
+`timeouts.transient` keeps its own.
 
 ```json
 {
