@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.runner import FAULTS, SCHEDULE_OPS, make_plan
+from chaos.runner import FAULTS, HEALTH_WAIT, SCHEDULE_OPS, make_plan, wait_healthy
 from dispatch_kubeflow.kube import Kube
 from tests.cluster.admission_fixture import AdmissionHandle
 from tests.cluster.helpers import why_not_local
@@ -63,3 +63,7 @@ async def test_fixed_seed_chaos_runs_find_no_violation(
         if local:
             assert not rec["skipped_faults"], rec["skipped_faults"]
     assert done.returncode == 0, report
+    # The faults are restored, but a restarted replica or kubelet may still be coming back:
+    # the tests after this one get the cluster healthy, as the runs got it.
+    problem = await wait_healthy(kube, HEALTH_WAIT)
+    assert not problem, f"the cluster stayed unhealthy after the runs: {problem}"
