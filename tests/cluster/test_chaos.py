@@ -47,23 +47,26 @@ async def test_fixed_seed_chaos_runs_find_no_violation(
             "--seeds", ",".join(map(str, SEEDS)), "--out", str(tmp_path)]
     if local:
         argv += ["--cluster", LOCAL_CLUSTER]
-    done = await asyncio.to_thread(subprocess.run, argv, cwd=REPO, capture_output=True,
-                                   text=True, check=False, timeout=300 * len(SEEDS))
-    report = f"{done.stdout}\n{done.stderr[-3000:]}"
-    records = [json.loads(line) for line in
-               (tmp_path / "runs.jsonl").read_text().splitlines()] \
-        if (tmp_path / "runs.jsonl").exists() else []
-    assert [rec["seed"] for rec in records] == list(SEEDS), report
-    for rec in records:
-        assert not rec["error"], f"seed {rec['seed']}: {rec['error']}\n{report}"
-        assert rec["verdicts"], report
-        assert all(rec["verdicts"].values()), f"seed {rec['seed']}: {rec['violations']}\n{report}"
-        assert rec["executions"] > 0, report
-        assert not rec["faults_failed"], f"seed {rec['seed']}: {rec['faults_failed']}"
-        if local:
-            assert not rec["skipped_faults"], rec["skipped_faults"]
-    assert done.returncode == 0, report
-    # The faults are restored, but a restarted replica or kubelet may still be coming back:
-    # the tests after this one get the cluster healthy, as the runs got it.
-    problem = await wait_healthy(kube, HEALTH_WAIT)
+    try:
+        done = await asyncio.to_thread(subprocess.run, argv, cwd=REPO, capture_output=True,
+                                       text=True, check=False, timeout=300 * len(SEEDS))
+        report = f"{done.stdout}\n{done.stderr[-3000:]}"
+        records = [json.loads(line) for line in
+                   (tmp_path / "runs.jsonl").read_text().splitlines()] \
+            if (tmp_path / "runs.jsonl").exists() else []
+        assert [rec["seed"] for rec in records] == list(SEEDS), report
+        for rec in records:
+            assert not rec["error"], f"seed {rec['seed']}: {rec['error']}\n{report}"
+            assert rec["verdicts"], report
+            assert all(rec["verdicts"].values()), \
+                f"seed {rec['seed']}: {rec['violations']}\n{report}"
+            assert rec["executions"] > 0, report
+            assert not rec["faults_failed"], f"seed {rec['seed']}: {rec['faults_failed']}"
+            if local:
+                assert not rec["skipped_faults"], rec["skipped_faults"]
+        assert done.returncode == 0, report
+    finally:
+        # The faults are restored, but a restarted replica or kubelet may still be coming
+        # back: the tests after this one get the cluster healthy, as the runs got it.
+        problem = await wait_healthy(kube, HEALTH_WAIT)
     assert not problem, f"the cluster stayed unhealthy after the runs: {problem}"
