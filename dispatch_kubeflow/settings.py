@@ -143,9 +143,9 @@ class TimeoutSettings(_Section):
         description=f"how long the start-gate probe is watched: {DURATION_ACCEPTS}")
     transient: Duration = Field(
         timedelta(seconds=30),
-        description="how long a request with no deadline of its call rides out an API server "
-                    "that refuses connections or answers 429 or 503: "
-                    f"{DURATION_ACCEPTS}")
+        description="how long one request rides out an API server that refuses "
+                    "connections or answers 429 or 503 (a call's deadline may cut it "
+                    f"shorter): {DURATION_ACCEPTS}")
 
 
 class Settings(_Section):

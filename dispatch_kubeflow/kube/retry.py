@@ -2,11 +2,11 @@
 
 An API server that restarts, rolls, or sheds load answers for a while with a refused
 connection, ``503 Service Unavailable`` or ``429 Too Many Requests`` (priority and
-fairness). A request retries those with a jittered backoff, inside the caller's deadline
-when it runs under :func:`deadline` (every call of the library that takes one does, through
-``waits.within``), else for the transport's own window (``timeouts.transient``). When the
-time is up the last error surfaces as it is: a typed error, before the deadline rather
-than a ``DeadlineExceeded`` at it.
+fairness). A request retries those with a jittered backoff for the transport's window
+(``timeouts.transient``), and no longer than the caller's deadline when it runs under
+:func:`deadline` (every call of the library that takes one does, through
+``waits.within``). When the time is up the last error surfaces as it is: a typed error,
+before the deadline rather than a ``DeadlineExceeded`` at it.
 
 What is safe to send again:
 
@@ -65,8 +65,9 @@ class Backoff:
 
     def __init__(self, window: float) -> None:
         caller = _DEADLINE.get()
-        # A caller's deadline is the time it granted the call; without one, the window.
-        self.until = caller if caller is not None else time.monotonic() + window
+        # The window bounds every request; a caller's deadline can only make it shorter.
+        own = time.monotonic() + window
+        self.until = own if caller is None else min(own, caller)
         self.delay = FIRST
         self.tries = 1
 

@@ -148,7 +148,7 @@ async def test_a_call_s_deadline_bounds_the_retries_and_the_error_surfaces(
         server: Server) -> None:
     server.answers = [_status(503, "ServiceUnavailable") for _ in range(1000)]
     began = time.monotonic()
-    async with _kube(server.port, window=60) as kube:
+    async with _kube(server.port, window=60) as kube:  # the deadline is the shorter
         with pytest.raises(errors.KubeError) as caught:
             async with within(datetime.now(UTC) + timedelta(seconds=0.3), "the call"):
                 await kube.get(r.LEASE, "x", NS)
@@ -170,6 +170,14 @@ async def test_without_a_deadline_the_transport_s_window_bounds_the_retries(
         with pytest.raises(errors.KubeError):
             await kube.get(r.LEASE, "x", NS)
     assert 0.1 < time.monotonic() - began < 0.6
+
+
+def test_a_deadline_longer_than_the_window_does_not_lengthen_it() -> None:
+    began = time.monotonic()
+    with retry.deadline(began + 600):
+        assert retry.Backoff(window=2).until <= time.monotonic() + 2
+    with retry.deadline(began + 1):
+        assert retry.Backoff(window=60).until == began + 1
 
 
 @pytest.mark.asyncio
