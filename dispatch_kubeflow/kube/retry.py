@@ -55,8 +55,10 @@ def transient(exc: errors.KubeError, method: str) -> bool:
     """Whether ``exc``, the answer to a ``method`` request, may be retried (module doc)."""
     if exc.status in (429, 503):
         return True
-    if exc.status == 0 and isinstance(exc.__cause__, aiohttp.ClientConnectorError):
-        return True  # never connected: nothing was sent
+    cause = exc.__cause__
+    if exc.status == 0 and isinstance(cause, aiohttp.ClientConnectorError):
+        # Never connected, so nothing was sent; but a TLS failure will not mend by itself.
+        return not isinstance(cause, aiohttp.ClientSSLError)
     return method == "GET" and (exc.status in (500, 502, 504) or exc.status == 0)
 
 

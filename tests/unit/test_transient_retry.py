@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import web
@@ -188,3 +189,13 @@ async def test_a_nested_deadline_never_extends_the_outer_one() -> None:
         with retry.deadline(5.0):
             assert retry._DEADLINE.get() == 5.0
     assert retry._DEADLINE.get() is None
+
+
+def test_a_tls_failure_is_not_ridden_out() -> None:
+    key = aiohttp.client_reqrep.ConnectionKey("h", 443, True, True, None, None, None)
+    refused = errors.KubeError("refused", status=0, reason="Unreachable")
+    refused.__cause__ = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "no"))
+    assert retry.transient(refused, "POST")
+    bad_cert = errors.KubeError("bad cert", status=0, reason="Unreachable")
+    bad_cert.__cause__ = aiohttp.ClientConnectorCertificateError(key, ValueError("self-signed"))
+    assert not retry.transient(bad_cert, "GET")
