@@ -35,6 +35,7 @@ from dispatch_kubeflow import (
     stop,
 )
 from dispatch_kubeflow.events import JobEvent
+from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.jobs import JobInfo
 from dispatch_kubeflow.kube import Kube, KubeAPI, transport
 from dispatch_kubeflow.mode import Mode
@@ -89,6 +90,7 @@ class Backend:
         self.settings = settings
         self._mode = mode
         self._caps = MappingProxyType(dict(capabilities))
+        self._informers = Informers(kube)  # the watches every wait of this backend shares
         self._closed = False
 
     # --- opening and closing --------------------------------------------------------------
@@ -125,6 +127,7 @@ class Backend:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            await self._informers.close()
             if self._owns_kube:
                 await self._kube.close()
 
@@ -181,7 +184,9 @@ class Backend:
 
         A watch, not a poll: the TrainJob, its pods and (Kueue) its Workload are watched,
         and the state table (:func:`dispatch_kubeflow.state.observe`) is applied after
-        every event, so the wait ends as soon as the server reports the change. Past
+        every event, so the wait ends as soon as the server reports the change. Concurrent
+        waits share one watch per kind (:mod:`dispatch_kubeflow.informer`), whatever their
+        number; :meth:`close` stops them. Past
         ``deadline`` it raises DeadlineExceeded. In plain mode, where no controller does
         it, the wait releases the job's hold when it expires (and no pod is left) and goes
         on waiting, as the admission controller does in Kueue mode: this is the library's
@@ -194,7 +199,8 @@ class Backend:
                                    field="states")
         label = ", ".join(sorted(want))
         async with within(deadline, f"waiting for {ref.id} to be {label}"):
-            return await observe.wait(self._kube, self._mode, ref, want)
+            return await observe.wait(self._kube, self._mode, ref, want,
+                                      shared=self._informers)
 
     # --- hold and release -----------------------------------------------------------------
     async def hold(self, ref: ObjectRef | str, meta: HoldMeta) -> None:

@@ -18,6 +18,7 @@ from dispatch_kubeflow import errors, gate, hold, preflight
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.find import KINDS
+from dispatch_kubeflow.informer import Feed
 from dispatch_kubeflow.jobs import Listed
 from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
@@ -25,7 +26,7 @@ from dispatch_kubeflow.model import CapabilityStatus, HoldMeta, ObjectRef
 from dispatch_kubeflow.preflight import access, probe_watch, readmission
 from dispatch_kubeflow.settings import KueueSettings, Settings
 from dispatch_kubeflow.state import newest_workload
-from dispatch_kubeflow.waits import Watched, deadline_after, wait_for, within
+from dispatch_kubeflow.waits import deadline_after, wait_for, within
 
 Obj = dict[str, Any]
 
@@ -77,9 +78,11 @@ class KueueMode:
             WORKLOAD, m["namespace"], label_selector=f"{names.KUEUE_JOB_UID_LABEL}={m['uid']}")
         return newest_workload(items)
 
-    def watched(self, namespace: str, uid: str) -> list[Watched]:
-        return [Watched(WORKLOAD, namespace,
-                        label_selector=f"{names.KUEUE_JOB_UID_LABEL}={uid}")]
+    def watched(self, namespace: str) -> list[Feed]:
+        # Kueue labels each job's Workload with the job's UID: every such Workload of the
+        # namespace, keyed by that label.
+        return [Feed(WORKLOAD, namespace, label_selector=names.KUEUE_JOB_UID_LABEL,
+                     key_label=names.KUEUE_JOB_UID_LABEL)]
 
     def hold_expiry(self, trainjob: Mapping[str, Any] | None,
                     pods: Sequence[Mapping[str, Any]]) -> datetime | None:

@@ -18,13 +18,14 @@ from dispatch_kubeflow import errors, hold, observe, preflight, state
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.find import KINDS
+from dispatch_kubeflow.informer import Feed
 from dispatch_kubeflow.jobs import Listed
 from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import CapabilityStatus, HoldMeta, ObjectRef
 from dispatch_kubeflow.preflight import access, probe_watch, readmission
 from dispatch_kubeflow.settings import Settings
-from dispatch_kubeflow.waits import Watched, deadline_after, within
+from dispatch_kubeflow.waits import deadline_after, within
 
 Obj = dict[str, Any]
 
@@ -69,7 +70,7 @@ class PlainMode:
     async def workload(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> Obj | None:
         return None
 
-    def watched(self, namespace: str, uid: str) -> list[Watched]:
+    def watched(self, namespace: str) -> list[Feed]:
         return []
 
     def hold_expiry(self, trainjob: Mapping[str, Any] | None,

@@ -3,7 +3,8 @@
 What is read beyond the TrainJob and its pods is the mode's (:class:`ObserveMode`): Kueue
 mode also reads the TrainJob's Workload. Inspect only reads. A wait is a watch, not a poll,
 and it is where plain mode's library acts on a hold that expired (plain mode has no
-controller to do it): see :func:`wait`.
+controller to do it): see :func:`wait`. Concurrent waits share the watches, one per kind
+of the namespace (:mod:`dispatch_kubeflow.informer`), each judging its own job.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any, Protocol
 from dispatch_kubeflow import errors, state
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import meta
+from dispatch_kubeflow.informer import Feed, Informers
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.model import ObjectRef, ObjectState, Observation
-from dispatch_kubeflow.waits import Watched, wait_for_all
 
 Obj = dict[str, Any]
 
@@ -31,8 +32,9 @@ class ObserveMode(Protocol):
         """The TrainJob's Workload, if the mode has one."""
         ...
 
-    def watched(self, namespace: str, uid: str) -> list[Watched]:
-        """What a wait watches beyond the TrainJob and its pods (the Workload's list)."""
+    def watched(self, namespace: str) -> list[Feed]:
+        """What a wait watches beyond the TrainJob and its pods (the Workloads), each feed
+        keyed by the TrainJob's UID."""
         ...
 
     def hold_expiry(self, trainjob: Mapping[str, Any] | None,
@@ -60,17 +62,43 @@ async def inspect(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef) -> Observati
     return state.observe(*await read(kube, mode, ref))
 
 
+def subscriptions(mode: ObserveMode, namespace: str, name: str, uid: str
+                  ) -> list[tuple[Feed, str]]:
+    """What the wait of TrainJob ``name`` watches, as (feed, key): the namespace's
+    TrainJobs (keyed by name), its JobSet pods (by their JobSet's name, the TrainJob's) and
+    the mode's feeds (by the TrainJob's UID).
+
+    Each feed covers every job, so concurrent waits share it; the key picks this job's
+    objects, the very ones its own watch by name, by label or by UID used to select. No
+    selector on TrainJobs, so the wait of any TrainJob of the namespace sees what it did.
+    """
+    return [(Feed(TRAINJOB, namespace), name),
+            (Feed(POD, namespace, label_selector=names.JOBSET_NAME_LABEL,
+                  key_label=names.JOBSET_NAME_LABEL), name),
+            *((feed, uid) for feed in mode.watched(namespace))]
+
+
 async def wait(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
-               want: frozenset[ObjectState]) -> Observation:
+               want: frozenset[ObjectState], *, shared: Informers | None = None
+               ) -> Observation:
     """Watch until the job is in a state of ``want``; the caller bounds the wait.
+
+    The watches are ``shared``'s (the Backend's, for every wait it runs), or this wait's
+    own.
 
     When the mode says a hold is the library's to release once expired (plain mode), the
     wait releases it at its expiry and goes on watching: a caller waiting for RUNNING sees
     the job run again as it would in Kueue mode, where the admission controller releases
-    it.
+    it. The release reads the job live and writes with a precondition, as Release does.
     """
+    if shared is None:
+        own = Informers(kube)
+        try:
+            return await wait(kube, mode, ref, want, shared=own)
+        finally:
+            await own.close()
     while True:
-        found = await _watch_state(kube, mode, ref, want)
+        found = await _watch_state(kube, shared, mode, ref, want)
         if found is not None:
             return found
         await mode.release_expired(kube, ref)
@@ -79,7 +107,7 @@ async def wait(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
             return obs
 
 
-async def _watch_state(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
+async def _watch_state(kube: KubeAPI, shared: Informers, mode: ObserveMode, ref: ObjectRef,
                        want: frozenset[ObjectState]) -> Observation | None:
     """Watch until a state in ``want`` (an Observation), or until a hold the library must
     release expired (None)."""
@@ -93,9 +121,6 @@ async def _watch_state(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
                 return obs
             raise errors.NotFound(f"TrainJob {ref.id} not found")
         uid = str(meta(trainjob)["uid"])
-    watched = [Watched(TRAINJOB, ns, field_selector=f"metadata.name={name}"),
-               Watched(POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={name}"),
-               *mode.watched(ns, uid)]
     loop = asyncio.get_running_loop()
     expiry = asyncio.timeout(None)  # rescheduled to the expiry of a hold seen while watching
     expired: list[bool] = []
@@ -120,10 +145,12 @@ async def _watch_state(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
         return obs if obs.state in want else None
 
     try:
-        async with expiry:
-            obs = await wait_for_all(kube, watched, judge)
+        async with expiry, shared.watching(subscriptions(mode, ns, name, uid)) as view:
+            found = None
+            while found is None:
+                found = judge(await view.changed())
     except TimeoutError:
         if not expiry.expired():
             raise  # the caller's deadline, not the hold's expiry
         return None
-    return None if expired else obs
+    return None if expired else found
