@@ -74,8 +74,8 @@ class WatchBackoff:
 WATCH_BACKOFF = WatchBackoff()
 
 TRANSIENT_WINDOW = 30.0
-"""How long a request without a caller's deadline rides out a refused connection, a 429 or
-a 503 (an API server restarting takes 10-45 s on the local cluster)."""
+"""How long one request rides out a refused connection, a 429 or a 503 (a caller's deadline
+may cut it shorter; an API server restarting takes 10-45 s on the local cluster)."""
 WATCH_GRACE = 30.0
 """How long past a watch's ``timeoutSeconds`` the server may stay silent before the watch
 counts as stalled (and is opened again from a fresh list)."""
@@ -115,7 +115,7 @@ class Kube:
         self.watch_grace = watch_grace
         self.watch_backoff = watch_backoff
         self.transient_window = transient_window
-        """Seconds a request outside any deadline rides out transient failures (:mod:`.retry`)."""
+        """Seconds one request rides out transient failures at most (:mod:`.retry`)."""
         self.requests = 0
         """How many requests were sent (benchmarks read it)."""
 
