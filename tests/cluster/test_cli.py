@@ -450,8 +450,13 @@ async def test_the_docs_page_captures(kubeconfig: str, docs_ns: str, admission: 
 
 
 async def test_a_long_wait_shows_a_spinner_in_a_terminal(settings_file: Path,
-                                                        terminal: str) -> None:
-    cmd = " ".join([*CLI, "preflight", "--settings", str(settings_file)])
+                                                        terminal: str, tmp_path: Path) -> None:
+    # The seed's full 10 s probe window ("window"): proven positively, the preflight is
+    # over in well under the second after which the spinner shows.
+    slow = tmp_path / "window.json"
+    good = json.loads(settings_file.read_text())  # noqa: ASYNC240 - a small local file
+    slow.write_text(json.dumps({**good, "probeWatch": "window"}))
+    cmd = " ".join([*CLI, "preflight", "--settings", str(slow)])
     tmux(terminal, "new-session", "-d", "-s", "get", "-x", "200", "-y", "30",
          f"{cmd}; echo EXITED $?; sleep 600")
 
