@@ -19,6 +19,7 @@ import pytest_asyncio
 
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
+from tests.cluster.helpers import STATE_ROOT
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_CLUSTER = os.environ.get("DISPATCH_TEST_CLUSTER", "dk")
@@ -29,7 +30,7 @@ pytest_plugins = ["tests.cluster.admission_fixture"]
 
 
 def _local_cluster_up() -> bool:
-    state = Path(os.environ.get("DISPATCH_STATE_ROOT", "/var/lib/dispatch-local")) / LOCAL_CLUSTER
+    state = STATE_ROOT / LOCAL_CLUSTER
     return (state / "ready").exists()
 
 
