@@ -23,8 +23,7 @@ demo: venv
 
 ## test: lint, unit tests, then every cluster test against the local cluster (started and
 ## stopped here) or the cluster named by $$KUBECONFIG.
-test: venv lint
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest tests/unit
+test: venv lint unit
 	$(PY) -m pytest tests/verify
 	$(PY) -m pytest -m machine tests/cluster
 	$(PY) -m pytest -m 'not machine' tests/cluster
@@ -35,8 +34,11 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	shellcheck -x deploy/local/*.sh deploy/kind/*.sh .ci/run chaos/ledger.sh
 
+## unit: the unit suite, spread over up to four processes (pytest-xdist): most of its time is
+## waits on the event loop, so two cores already halve it.
+UNIT_WORKERS ?= auto
 unit: venv
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest tests/unit
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest tests/unit -n $(UNIT_WORKERS) --maxprocesses 4
 
 ## verify: model-check the readmission protocol with spin (and the variants that must fail).
 verify: venv
@@ -53,11 +55,19 @@ docs: venv
 	$(PY) docs/capture_kubectl.py --check
 	$(VENV)/bin/mkdocs build --strict
 
-## bench: the local cluster's numbers (its own cluster), then the adapter's against
-## $$KUBECONFIG (a running cluster with the admission controller).
+## bench: the local cluster's numbers (its own cluster), then the adapter's and the scale
+## benchmark's against $$KUBECONFIG (a running cluster with the admission controller; for
+## scale, the local cluster $$(CLUSTER), whose processes it measures), N = $$(SCALE_JOBS).
+## The Kubeflow SDK has a venv of its own: its kubernetes client, once installed, is
+## imported by kopf too, which slows every test process.
+SCALE_JOBS ?= 50 200 1000
+BENCH_VENV ?= .venv-bench
 bench: venv
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]'
 	$(PY) bench/cluster.py
 	$(PY) bench/adapter.py
+	$(BENCH_VENV)/bin/python bench/scale.py --jobs $(SCALE_JOBS) --cluster $(CLUSTER) --sdk 3
 
 ## chaos: RUNS randomized runs of the fault suite from SEED against the local cluster
 ## $$(CLUSTER) (its fault tools too); results in chaos-results/ (docs/guarantees.md).
@@ -68,4 +78,4 @@ chaos: venv
 	  --cluster $(CLUSTER) --out chaos-results
 
 clean:
-	rm -rf $(VENV) site .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) site .mypy_cache .ruff_cache .pytest_cache

@@ -34,7 +34,14 @@ from admission.pod_identity import ClientConfig, WebhookServer, ensure_configura
 from admission.readmission import Readmission
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, LEASE, POD, WORKLOAD
+from dispatch_kubeflow.kube.resources import (
+    ADMISSION_CHECK,
+    CLUSTER_QUEUE,
+    LEASE,
+    POD,
+    TRAINJOB,
+    WORKLOAD,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +88,12 @@ class Controller:
         self.elector.on_change(lambda leading: self.metrics.leader.set(1 if leading else 0))
         self.caches = Caches()
         self.feeds = {res.plural: Feed(res.plural)
-                      for res in (WORKLOAD, POD, ADMISSION_CHECK, CLUSTER_QUEUE)}
+                      for res in (WORKLOAD, TRAINJOB, POD, ADMISSION_CHECK, CLUSTER_QUEUE)}
         self.events = EventRecorder(kube, instance=config.identity)
         self.readmission = Readmission(
             kube, self.elector, self.caches, workloads=self.feeds[WORKLOAD.plural],
-            pods=self.feeds[POD.plural], admission_checks=self.feeds[ADMISSION_CHECK.plural],
+            trainjobs=self.feeds[TRAINJOB.plural], pods=self.feeds[POD.plural],
+            admission_checks=self.feeds[ADMISSION_CHECK.plural],
             cluster_queues=self.feeds[CLUSTER_QUEUE.plural], metrics=self.metrics,
             events=self.events)
         self.active = ActiveConditions(kube, self.elector, self.caches,
@@ -228,7 +236,7 @@ class Controller:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.holds.close()
-        self.readmission.close()
+        await self.readmission.aclose()
         await self.webhook.stop()
         await self.health.stop()
         log.info("stopped", extra={"identity": self.config.identity})

@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Sequence
 from urllib.parse import urlparse
 
-from admission import operator
 from admission.app import Config, Controller
 from admission.observability import parse_listen, setup_logging
 from dispatch_kubeflow.core import errors, names
@@ -132,6 +131,9 @@ async def _main(ns: argparse.Namespace) -> int:
         where = ns.kubeconfig or "the default kubeconfig"
         print(f"dispatch-admission: cannot load {where}: {exc}", file=sys.stderr)
         return 2
+    # kopf is imported here, where the controller runs, not by every importer of the CLI.
+    from admission import operator
+
     async with kube:
         controller = Controller(kube, config_from(ns))
         login = operator.Login(kubeconfig=ns.kubeconfig, context=ns.context,

@@ -11,9 +11,12 @@ kopf (its own client: list, watch, re-list after 410) calls, for each watch even
 plain dicts of lists.
 
 A kopf re-list after a watch gap brings the objects that exist but no DELETED event for those
-that went meanwhile, so an index may keep a vanished object until the next restart. Nothing
-decides on an index alone: every write is preceded by a fresh read through ``Kube`` (see
-:mod:`admission.readmission`), and a 404 on a write drops the key.
+that went meanwhile, so an index may keep a vanished object until the next restart, and any
+index lags the server. A decision may read the Workload and the TrainJob from here because
+each write it makes from them carries that object's resourceVersion as its precondition (a
+stale version answers 409 and the key is judged again from live reads); the job's pods, what
+an index may still be wrong about, are always listed live (see :mod:`admission.readmission`
+and docs/design.md). A 404 on a write drops the key.
 """
 
 from __future__ import annotations
@@ -25,7 +28,13 @@ from typing import Any
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import labels_of
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, POD, WORKLOAD
+from dispatch_kubeflow.kube.resources import (
+    ADMISSION_CHECK,
+    CLUSTER_QUEUE,
+    POD,
+    TRAINJOB,
+    WORKLOAD,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +84,11 @@ def index_workload_by_job(wl: Mapping[str, Any]) -> dict[Key, str]:
     return {(key_of(wl)[0], tj): key_of(wl)[1]} if tj else {}
 
 
+def index_trainjob(tj: Mapping[str, Any]) -> dict[Key, Obj]:
+    """dispatch's TrainJobs (the watch selects the job-id label) by (namespace, name)."""
+    return {key_of(tj): dict(tj)}
+
+
 def index_pod_by_job(pod: Mapping[str, Any]) -> dict[Key, str]:
     """Pod names by (namespace, jobset-name): the pods of a job's executions."""
     job = labels_of(pod).get(names.JOBSET_NAME_LABEL)
@@ -118,12 +132,13 @@ def _last(values: Collection[Any] | None) -> Any:
 class Caches:
     """Read-only views over the indexes; bound to kopf's indexes when the operator starts."""
 
-    INDEXES = ("workloads", "workloads_by_job", "pods_by_job", "admission_checks",
-               "cluster_queues")
+    INDEXES = ("workloads", "workloads_by_job", "trainjobs", "pods_by_job",
+               "admission_checks", "cluster_queues")
 
     def __init__(self) -> None:
         self._workloads: Mapping[Key, Collection[Obj]] = {}
         self._workloads_by_job: Mapping[Key, Collection[str]] = {}
+        self._trainjobs: Mapping[Key, Collection[Obj]] = {}
         self._pods_by_job: Mapping[Key, Collection[str]] = {}
         self._admission_checks: Mapping[str, Collection[Obj]] = {}
         self._cluster_queues: Mapping[str, Collection[frozenset[str]]] = {}
@@ -135,6 +150,7 @@ class Caches:
             raise KeyError(f"indexes not registered: {', '.join(missing)}")
         self._workloads = indexes["workloads"]
         self._workloads_by_job = indexes["workloads_by_job"]
+        self._trainjobs = indexes["trainjobs"]
         self._pods_by_job = indexes["pods_by_job"]
         self._admission_checks = indexes["admission_checks"]
         self._cluster_queues = indexes["cluster_queues"]
@@ -149,6 +165,10 @@ class Caches:
 
     def workloads_of_job(self, namespace: str, trainjob: str) -> set[str]:
         return set(self._workloads_by_job.get((namespace, trainjob)) or ())
+
+    def trainjob(self, namespace: str, name: str) -> Obj | None:
+        tj: Obj | None = _last(self._trainjobs.get((namespace, name)))
+        return tj
 
     def pods_left(self, namespace: str, job: str) -> int:
         return len(set(self._pods_by_job.get((namespace, job)) or ()))
@@ -174,13 +194,17 @@ class Caches:
     def missing(self, live: Mapping[str, Iterable[Obj]]) -> dict[str, set[Key]]:
         """What a live list has that the indexes lack, by resource plural.
 
-        ``live`` maps ``workloads``, ``pods``, ``admissionchecks``, ``clusterqueues`` to the
-        objects the API server lists now (pods: those with the jobset-name label).
+        ``live`` maps ``workloads``, ``trainjobs``, ``pods``, ``admissionchecks``,
+        ``clusterqueues`` to the objects the API server lists now (TrainJobs: those with the
+        job-id label; pods: those with the jobset-name label).
         """
         out: dict[str, set[Key]] = {}
         for wl in live.get(WORKLOAD.plural, ()):
             if key_of(wl) not in self._workloads:
                 out.setdefault(WORKLOAD.plural, set()).add(key_of(wl))
+        for tj in live.get(TRAINJOB.plural, ()):
+            if key_of(tj) not in self._trainjobs:
+                out.setdefault(TRAINJOB.plural, set()).add(key_of(tj))
         for pod in live.get(POD.plural, ()):
             for job_key, name in index_pod_by_job(pod).items():
                 if name not in (self._pods_by_job.get(job_key) or ()):
@@ -197,7 +221,8 @@ class Caches:
 async def list_live(kube: KubeAPI) -> dict[str, list[Obj]]:
     """What the indexes should hold, listed through ``Kube`` (for the warm-up check)."""
     out: dict[str, list[Obj]] = {}
-    for res, selector in ((WORKLOAD, None), (POD, names.JOBSET_NAME_LABEL),
+    for res, selector in ((WORKLOAD, None), (TRAINJOB, names.JOB_ID_LABEL),
+                          (POD, names.JOBSET_NAME_LABEL),
                           (ADMISSION_CHECK, None), (CLUSTER_QUEUE, None)):
         out[res.plural], _ = await kube.list(res, label_selector=selector)
     return out

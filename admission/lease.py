@@ -12,7 +12,10 @@
   lease_duration leaves a margin in which no one else can have taken over).
 * Clean shutdown releases: holder "", leaseDurationSeconds 1, transitions unchanged.
 
-``confirm()`` re-reads the Lease; a decision calls it right before each approving write.
+``confirm()`` re-reads the Lease (the hold expiry calls it before releasing a hold).
+Readmission decisions check only ``is_leader()``, no request: both their writes carry a
+resourceVersion precondition, and the model shows the confirms add no safety to that
+(docs/readmission-model.md, variants ``leaseconfirm`` and ``noleader``).
 """
 
 from __future__ import annotations
@@ -158,7 +161,7 @@ class LeaderElector:
         if not self.is_leader():
             return False
         try:
-            with retry.deadline(time.monotonic() + self.retry_period):
+            with retry.deadline(retry.now() + self.retry_period):
                 lease = await self.kube.get(LEASE, self.name, self.namespace)
         except errors.KubeError as exc:
             log.warning("cannot confirm leadership: %s", exc)
@@ -178,7 +181,7 @@ class LeaderElector:
         """One client-go round. True when we hold the lease after it."""
         # A round's requests ride out a restarting API server only until the next round
         # (client-go bounds a renewal the same way), not the transport's longer window.
-        with retry.deadline(time.monotonic() + self.retry_period):
+        with retry.deadline(retry.now() + self.retry_period):
             return await self._round()
 
     async def _round(self) -> bool:

@@ -7,8 +7,9 @@ Everything kopf does is registered here, on a registry of our own (never kopf's 
   same library (kubernetes_asyncio), so kopf's watches and Kube's requests authenticate alike.
   kopf calls it again when the API server answers 401 (a rotated token).
 * ``on.startup`` / ``on.cleanup``: :meth:`Controller.start` and :meth:`Controller.stop`.
-* ``@kopf.index`` for Workloads, pods (by job), our AdmissionChecks and ClusterQueues
-  (:mod:`admission.intake`); ``@kopf.on.event`` for the same four, which notify the feeds.
+* ``@kopf.index`` for Workloads, dispatch's TrainJobs, pods (by job), our AdmissionChecks and
+  ClusterQueues (:mod:`admission.intake`); ``@kopf.on.event`` for the same five, which
+  notify the feeds.
 
 kopf writes nothing into anyone's objects: there are only index and event handlers (no
 on.create/update/delete/resume, no daemons or timers), so there is nothing to finalize and no
@@ -26,17 +27,25 @@ import inspect
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from kopf._core.engines.peering import Identity  # kopf exports no public name for it
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from admission import intake
 from admission.app import Controller
 from dispatch_kubeflow.core import errors, names
-from dispatch_kubeflow.kube.resources import ADMISSION_CHECK, CLUSTER_QUEUE, POD, WORKLOAD
+from dispatch_kubeflow.kube.resources import (
+    ADMISSION_CHECK,
+    CLUSTER_QUEUE,
+    POD,
+    TRAINJOB,
+    WORKLOAD,
+)
+
+if TYPE_CHECKING:
+    # Loaded at login (see transport.py): the client package costs half a second to import.
+    from kubernetes_asyncio import client as k8s_client
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +93,8 @@ def settings() -> kopf.OperatorSettings:
     s.peering.clusterwide = True
     # Server-side selection: only pods of JobSets are sent to us, not every pod.
     s.watching.label_selectors[POD.plural] = names.JOBSET_NAME_LABEL
+    # ...and only dispatch's TrainJobs (Start labels them): what a decision reads A from.
+    s.watching.label_selectors[TRAINJOB.plural] = names.JOB_ID_LABEL
     s.watching.server_timeout = 300  # the API server ends each watch; kopf resumes it
     s.watching.client_timeout = 330
     # kopf retries failed handlers; our handlers do not fail (they only enqueue).
@@ -109,6 +120,9 @@ class Login:
     in_cluster: bool = False
 
     async def configuration(self) -> k8s_client.Configuration:
+        from kubernetes_asyncio import client as k8s_client
+        from kubernetes_asyncio import config as k8s_config
+
         cfg = k8s_client.Configuration()
         try:
             if self.in_cluster:
@@ -189,6 +203,11 @@ def registry(controller: Controller, login: Login) -> kopf.OperatorRegistry:
     async def workloads_by_job(body: kopf.Body, **_: Any) -> dict[intake.Key, str]:
         return intake.index_workload_by_job(body)
 
+    @kopf.index(*_selector(TRAINJOB), id="trainjobs",
+                labels={names.JOB_ID_LABEL: kopf.PRESENT}, registry=reg)
+    async def trainjobs(body: kopf.Body, **_: Any) -> dict[intake.Key, intake.Obj]:
+        return intake.index_trainjob(body)
+
     @kopf.index(*_selector(POD), id="pods_by_job",
                 labels={names.JOBSET_NAME_LABEL: kopf.PRESENT}, registry=reg)
     async def pods_by_job(body: kopf.Body, **_: Any) -> dict[intake.Key, str]:
@@ -211,6 +230,7 @@ def registry(controller: Controller, login: Login) -> kopf.OperatorRegistry:
             target.notify(type, dict(event["object"]))
 
     feed(WORKLOAD)
+    feed(TRAINJOB, labels={names.JOB_ID_LABEL: kopf.PRESENT})
     feed(POD, labels={names.JOBSET_NAME_LABEL: kopf.PRESENT})
     feed(ADMISSION_CHECK)
     feed(CLUSTER_QUEUE)

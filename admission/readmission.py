@@ -11,8 +11,16 @@ The decision is a pure function (:func:`decide`, and the admission-count rule
 :class:`Readmission` does the I/O: kopf's event handlers feed a keyed work queue (a pod's
 deletion re-queues its job's Workload, so readiness follows the last pod's deletion event,
 with no polling); a worker judges from the indexes whether there may be something to do, and
-then judges again from a fresh read through ``Kube`` (the Workload and a live list of the
-job's pods) before it writes anything.
+then judges again with a live list of the job's pods before it writes anything.
+
+An approval's critical path is three requests: the live LIST of the job's pods, the PATCH
+that raises A (fenced by the TrainJob's resourceVersion) and the apply of the check Ready
+(fenced by the Workload's resourceVersion). The Workload and the TrainJob come from the
+indexes: a stale one makes its fenced write answer 409, and the key is judged again from
+live reads. Leadership is checked from the elector's own state (no request): the fences,
+not the Lease, keep a deposed leader's writes out (the model's variants ``leaseconfirm`` and
+``noleader``, docs/readmission-model.md). Events are recorded in the background after the
+writes.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -45,8 +53,8 @@ FAULT_ENV = "DISPATCH_ADMISSION_FAULT"
 """Test-only fault injection, comma-separated:
 
 * ``kill-after-raise`` SIGKILLs the process right after A rose;
-* ``stop-before-ready`` SIGSTOPs the whole process once, after the last ``confirm()`` and
-  before the Ready write: a leader frozen (GC pause, CPU starvation, SIGSTOP) between
+* ``stop-before-ready`` SIGSTOPs the whole process once, after the last leadership check
+  and before the Ready write: a leader frozen (GC pause, CPU starvation, SIGSTOP) between
   knowing it leads and writing, which the test resumes with SIGCONT;
 * ``no-fence`` writes the check without the Workload's resourceVersion, to show in a test
   what the fence prevents. Never for production.
@@ -167,16 +175,28 @@ def quota_reserved_at(wl: Obj) -> datetime | None:
     return parse_time((condition(wl, "QuotaReserved") or {}).get("lastTransitionTime"))
 
 
+def owner_uid(wl: Mapping[str, Any]) -> str:
+    """The UID of the TrainJob that controls this Workload ("" when none is recorded)."""
+    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "TrainJob" and ref.get("controller"):
+            return str(ref.get("uid") or "")
+    return ""
+
+
 # --- the I/O ------------------------------------------------------------------------------
 class Readmission:
     """Runs the decisions for every Workload, as leader only."""
 
     RELIST_QUIET = 1.0
     """Seconds without a pod listing event after which a re-list counts as over."""
+    EVENTS_IN_FLIGHT = 256
+    """At most this many Events being recorded at once; beyond it one is dropped, with a
+    warning (Events are advice; decisions must not wait for them)."""
 
     def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches, *,
-                 workloads: Feed, pods: Feed, admission_checks: Feed, cluster_queues: Feed,
-                 metrics: Metrics, events: EventRecorder, workers: int = 2) -> None:
+                 workloads: Feed, trainjobs: Feed, pods: Feed, admission_checks: Feed,
+                 cluster_queues: Feed, metrics: Metrics, events: EventRecorder,
+                 workers: int = 2) -> None:
         self.kube = kube
         self.elector = elector
         self.caches = caches
@@ -188,7 +208,12 @@ class Readmission:
         """Set once the indexes are warm: pod listing events after that are a re-list."""
         self._relisted: asyncio.TimerHandle | None = None
         self._skipped: dict[Key, str] = {}
+        self._live: set[Key] = set()
+        """Keys whose last write met a 409: judged next from live reads, not the indexes
+        (which may still hold the version the 409 refused)."""
+        self._events: set[asyncio.Task[None]] = set()
         workloads.subscribe(self._on_workload)
+        trainjobs.subscribe(self._on_trainjob)
         pods.subscribe(self._on_pod)
         admission_checks.subscribe(lambda *_: self.enqueue_all())
         cluster_queues.subscribe(lambda *_: self.enqueue_all())
@@ -205,6 +230,12 @@ class Readmission:
             self._skipped.pop(key, None)
             return
         self.queue.add(key)
+
+    def _on_trainjob(self, typ: str, obj: Obj) -> None:
+        if typ == "ADDED":  # a Workload judged before its TrainJob was indexed
+            ns, name = key_of(obj)
+            for wl in self.caches.workloads_of_job(ns, name):
+                self.queue.add((ns, wl))
 
     def _on_pod(self, typ: str, obj: Obj) -> None:
         if typ == "MODIFIED":
@@ -229,6 +260,59 @@ class Readmission:
         if self._relisted is not None:
             self._relisted.cancel()
         self.queue.close()
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """Stop, giving the Events in flight ``timeout`` seconds to be recorded."""
+        self.close()
+        if not self._events:
+            return
+        _, pending = await asyncio.wait(set(self._events), timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("stopping: %d events not recorded", len(pending))
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    # --- Events, off the critical path ----------------------------------------------------
+    def _later(self, what: str, coro: Coroutine[Any, Any, None]) -> None:
+        """Record an Event in the background: the next decision does not wait for it."""
+        if len(self._events) >= self.EVENTS_IN_FLIGHT:
+            coro.close()
+            log.warning("not recording event %s: %d events in flight already", what,
+                        len(self._events))
+            return
+        task = asyncio.get_running_loop().create_task(coro, name=f"event {what}")
+        self._events.add(task)
+        task.add_done_callback(self._recorded)
+
+    def _recorded(self, task: asyncio.Task[None]) -> None:
+        self._events.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()  # the recorder logs API errors itself: this is a bug
+        if exc is not None:
+            log.error("%s failed", task.get_name(), exc_info=exc)
+
+    async def settle(self) -> None:
+        """Wait until no Event is being recorded (tests; the recorder never raises)."""
+        while self._events:
+            await asyncio.gather(*set(self._events), return_exceptions=True)
+
+    async def _record_admission(self, tj: Obj, count: int, token: str,
+                                ready_check: str | None) -> None:
+        """An admission's Events, A's raise then (when it was written) the check Ready."""
+        await self.events.record(
+            tj, reason="AdmissionCountRaised", action="RaiseAdmissionCount",
+            note=f"admission count A raised to {count} for admission {token}",
+            key=f"AdmissionCountRaised/{token}")
+        if ready_check is not None:
+            await self.events.record(tj, reason="AdmissionCheckReady", action="Approve",
+                                     note=f"check {ready_check} Ready: {ready_message(count)}")
+
+    async def _record_on_trainjob(self, ns: str, name: str, **event: str) -> None:
+        tj = self.caches.trainjob(ns, name) or await self.kube.get_or_none(TRAINJOB, name, ns)
+        if tj is not None:
+            await self.events.record(tj, **event)
 
     # --- workers ----------------------------------------------------------------------
     async def run(self) -> None:
@@ -281,10 +365,12 @@ class Readmission:
         await self._act(key, d.trainjob)
 
     def _stale(self, key: Key, what: str) -> None:
-        """The fence refused a write: the Workload changed since it was judged. Judge again."""
+        """A fence refused a write (or the token showed our Workload read is older than the
+        TrainJob read): judge again, from live reads this time."""
         self.metrics.decisions.labels("stale").inc()
         log.info("workload %s/%s: changed since it was judged; not writing %s, judging again",
                  *key, what, extra={"workload": f"{key[0]}/{key[1]}"})
+        self._live.add(key)
         self.queue.add(key)
 
     @staticmethod
@@ -299,16 +385,16 @@ class Readmission:
 
     async def _write_wait(self, wl: Obj, d: Decision) -> None:
         ns, name = key_of(wl)
+        # Fenced like the Ready: the body carries the resourceVersion of the Workload judged.
         body = check_apply(wl, d.check, PENDING, d.message, datetime.now(UTC),
                            fenced="no-fence" not in faults())
         await self._apply_check(ns, name, body)
         self.metrics.decisions.labels("waiting").inc()
         log.info("workload %s/%s: %s", ns, name, d.message,
                  extra={"workload": f"{ns}/{name}", "trainjob": d.trainjob, "pods": d.pods})
-        tj = await self.kube.get_or_none(TRAINJOB, d.trainjob, ns)
-        if tj is not None:
-            await self.events.record(tj, reason="WaitingForPreviousExecution", note=d.message,
-                                     action="Wait")
+        self._later("WaitingForPreviousExecution", self._record_on_trainjob(
+            ns, d.trainjob, reason="WaitingForPreviousExecution", note=d.message,
+            action="Wait"))
 
     async def _apply_check(self, ns: str, name: str, body: Obj) -> None:
         # force: our field manager owns only our entry; the resourceVersion in ``body`` is
@@ -316,11 +402,37 @@ class Readmission:
         await self.kube.patch(WORKLOAD, name, body, ns, kind="apply", subresource="status",
                               field_manager=names.FIELD_MANAGER, force=True)
 
+    async def _workload(self, ns: str, name: str, live: bool) -> Obj | None:
+        """From the index unless told to read live (after a 409) or it lacks the Workload.
+        Safe because every write judged from it carries its resourceVersion."""
+        wl = None if live else self.caches.workload(ns, name)
+        return wl if wl is not None else await self.kube.get_or_none(WORKLOAD, name, ns)
+
+    async def _trainjob(self, wl: Obj, ns: str, name: str, live: bool) -> Obj | None:
+        """From the index unless told to read live, it lacks the TrainJob, or it holds an
+        earlier TrainJob of that name (not the UID the Workload's owner reference names).
+        Safe because the raise of A carries its resourceVersion; without a raise, the token
+        it shows for this admission is in every newer version too, or a newer admission's
+        Workload version fails the Ready's fence (docs/readmission-model.md)."""
+        tj = None if live else self.caches.trainjob(ns, name)
+        if tj is not None and owner_uid(wl) not in ("", (tj.get("metadata") or {}).get("uid")):
+            tj = None
+        return tj if tj is not None else await self.kube.get_or_none(TRAINJOB, name, ns)
+
     async def _act(self, key: Key, tj_name: str) -> None:
-        """Judge again from the server, then write: the check's wait message, or A and Ready."""
+        """Judge again with a live list of the job's pods, then write: the check's wait
+        message, or A and Ready.
+
+        The pods are listed live: they are what the pod index may still be wrong about (a
+        pod its watch has not brought yet, or after a watch gap one long gone), and no
+        write's precondition covers them. The Workload and the TrainJob come from the
+        indexes (after a 409, from live reads), because each write judged from them carries
+        that object's resourceVersion.
+        """
         ns, name = key
-        # The indexes may lag the server (or, after a watch gap, keep a pod that is gone).
-        wl = await self.kube.get_or_none(WORKLOAD, name, ns)
+        live = key in self._live
+        self._live.discard(key)
+        wl = await self._workload(ns, name, live)
         if wl is None:
             return
         live_pods, _ = await self.kube.list(
@@ -337,7 +449,7 @@ class Readmission:
             return
         if d.kind != "approve":
             return
-        tj = await self.kube.get_or_none(TRAINJOB, tj_name, ns)
+        tj = await self._trainjob(wl, ns, tj_name, live)
         if tj is None:
             self._skip(key, f"TrainJob {tj_name} is gone")
             return
@@ -351,45 +463,58 @@ class Readmission:
             return
         ctx = {"workload": f"{ns}/{name}", "trainjob": tj_name, "token": token,
                "admission_count": plan.count}
-        if plan.raise_a:
-            if not await self.elector.confirm():
-                log.info("workload %s/%s: not the leader any more; not raising A", ns, name)
-                return
-            try:
-                tj = await self.kube.patch(TRAINJOB, tj_name, plan.patch, ns, kind="merge")
-            except errors.KubeConflict:
-                # The TrainJob changed since we read it: judge again from a fresh read.
-                self.queue.add(key)
-                return
-            self.metrics.decisions.labels("raised").inc()
-            log.info("workload %s/%s: raised A to %d", ns, name, plan.count, extra=ctx)
-            if "kill-after-raise" in faults():
-                log.warning("fault injection: SIGKILL after raising A", extra=ctx)
-                os.kill(os.getpid(), signal.SIGKILL)
-        # Recorded whether we raised A just now or a leader before us did and died before
-        # recording it: the Event's name is made from the token, so it exists once.
-        await self.events.record(
-            tj, reason="AdmissionCountRaised", action="RaiseAdmissionCount",
-            note=f"admission count A raised to {plan.count} for admission {token}",
-            key=f"AdmissionCountRaised/{token}")
-        if not await self.elector.confirm():
-            log.info("workload %s/%s: not the leader any more; not approving", ns, name)
-            return
-        self._fault_stop_before_ready(ctx)
-        started = time.monotonic()
+        raised = ready = False
         try:
-            await self._apply_check(ns, name, check_apply(
-                wl, d.check, READY, ready_message(plan.count), datetime.now(UTC),
-                fenced="no-fence" not in faults()))
-        except errors.KubeConflict:
-            self._stale(key, "Ready")
-            return
-        self.metrics.decisions.labels("ready").inc()
-        reserved = quota_reserved_at(wl)
-        if reserved is not None:
-            latency = (datetime.now(UTC) - reserved).total_seconds()
-            self.metrics.ready_latency.observe(max(0.0, latency))
-        log.info("workload %s/%s: check %s Ready", ns, name, d.check,
-                 extra={**ctx, "write_ms": round((time.monotonic() - started) * 1000, 1)})
-        await self.events.record(tj, reason="AdmissionCheckReady", action="Approve",
-                                 note=f"check {d.check} Ready: {ready_message(plan.count)}")
+            if plan.raise_a:
+                # The elector's own state, no request: it spares a deposed leader's writes
+                # most of the time. It is not what makes them safe; the precondition is.
+                if not self.elector.is_leader():
+                    log.info("workload %s/%s: not the leader any more; not raising A", ns, name)
+                    return
+                try:
+                    # Fenced: plan.patch carries the resourceVersion of the TrainJob it was
+                    # planned from (raise_patch), so a stale one raises nothing (409).
+                    tj = await self.kube.patch(TRAINJOB, tj_name, plan.patch, ns, kind="merge")
+                except errors.KubeConflict:
+                    self._stale(key, "A")
+                    return
+                except errors.KubeNotFound:  # the index still had a TrainJob that went
+                    self._skip(key, f"TrainJob {tj_name} is gone")
+                    return
+                raised = True
+                self.metrics.decisions.labels("raised").inc()
+                log.info("workload %s/%s: raised A to %d", ns, name, plan.count, extra=ctx)
+                if "kill-after-raise" in faults():
+                    log.warning("fault injection: SIGKILL after raising A", extra=ctx)
+                    os.kill(os.getpid(), signal.SIGKILL)
+            if not self.elector.is_leader():
+                log.info("workload %s/%s: not the leader any more; not approving", ns, name)
+                return
+            self._fault_stop_before_ready(ctx)
+            started = time.monotonic()
+            try:
+                # Fenced: check_apply carries the resourceVersion of the Workload judged.
+                await self._apply_check(ns, name, check_apply(
+                    wl, d.check, READY, ready_message(plan.count), datetime.now(UTC),
+                    fenced="no-fence" not in faults()))
+            except errors.KubeConflict:
+                self._stale(key, "Ready")
+                return
+            except errors.KubeNotFound:
+                return  # the Workload went (the index may keep one after a watch gap)
+            ready = True
+            self.metrics.decisions.labels("ready").inc()
+            reserved = quota_reserved_at(wl)
+            if reserved is not None:
+                latency = (datetime.now(UTC) - reserved).total_seconds()
+                self.metrics.ready_latency.observe(max(0.0, latency))
+            log.info("workload %s/%s: check %s Ready", ns, name, d.check,
+                     extra={**ctx, "write_ms": round((time.monotonic() - started) * 1000, 1)})
+        finally:
+            # After the writes, in the background. AdmissionCountRaised whether A rose just
+            # now (even if the Ready write then failed) or a leader before us raised it and
+            # died before recording it: its name is made from the token, so it exists once.
+            # One task, so the Events are recorded in the order the writes happened.
+            if raised or ready:
+                self._later("AdmissionCountRaised", self._record_admission(
+                    tj, plan.count, token, d.check if ready else None))

@@ -215,13 +215,16 @@ class Recorder:
         rec = Operation(id=len(self.ops) + 1, op=op, job=job, call_us=call_us,
                         args=dict(args or {}), deadline_us=deadline_us)
         value: Any = None
+        abandon = asyncio.timeout(seconds + self.hung_grace)
         try:
-            value = await asyncio.wait_for(make(), seconds + self.hung_grace)
-        except TimeoutError:
-            pass  # hung: no return time
+            async with abandon:
+                value = await make()
         except Exception as exc:
-            rec = _replace(rec, return_us=now_us(), error=type(exc).__name__,
-                           error_message=str(exc)[:500])
+            # Only this timer's own expiry is a hang. The library's DeadlineExceeded is a
+            # TimeoutError too, and the typed answer a call gives at its deadline.
+            if not (isinstance(exc, TimeoutError) and abandon.expired()):
+                rec = _replace(rec, return_us=now_us(), error=type(exc).__name__,
+                               error_message=str(exc)[:500])
         else:
             rec = _replace(rec, return_us=now_us(), result=_jsonable(summary(value)))
         self.ops.append(rec)

@@ -165,7 +165,8 @@ class Backend:
         """Start the job closed; returns its TrainJob's reference (idempotent)."""
         start.validate(req)  # bad input is a SpecError even when observe-only
         self._refuse_if_observe_only("Start")
-        return await start.start(self._kube, self.settings, self._mode, req)
+        return await start.start(self._kube, self.settings, self._mode, req,
+                                 shared=self._informers)
 
     async def open(self, ref: ObjectRef | str) -> None:
         """Remove dispatch's start gate (only dispatch's; harmless when already open)."""
@@ -251,8 +252,10 @@ class Backend:
     # --- stop, find, output ---------------------------------------------------------------
     async def stop_job(self, job: JobID | str, reason: str) -> StopReport:
         """Delete everything of the job and check that it is gone (see :mod:`.stop`)."""
-        return await stop.stop_job(self._kube, self.settings.namespace, as_job_id(job), reason,
-                                   kinds=self._mode.kinds, limit=self.settings.timeouts.stop_job)
+        ns = self.settings.namespace
+        return await stop.stop_job(self._kube, ns, as_job_id(job), reason,
+                                   kinds=self._mode.kinds, limit=self.settings.timeouts.stop_job,
+                                   shared=self._informers, feeds=self._mode.watched(ns))
 
     async def find(self, job: JobID | str) -> tuple[ObjectRef, ...]:
         """Every object of the job that exists, orphans included (see :mod:`.find`)."""

@@ -2,11 +2,13 @@
 
 ``find(job)`` lists what exists of a job in the namespace: TrainJobs, runtime copies,
 JobSets, Jobs and pods by the ``dispatch.phpboyscout.uk/job-id`` label (the runtime copy
-puts it on the JobSet, Job and pod templates), JobSets also by name (a JobSet is named as
-its TrainJob), and Workloads (Kueue mode: the mode names the kinds) by
-``kueue.x-k8s.io/job-uid``, by an ownerReference to one of the job's TrainJobs, or by the
-job-id label on their pod sets' templates (an orphaned Workload has neither owner nor a
-TrainJob to match). StopJob (:mod:`dispatch_kubeflow.stop`) deletes what it finds.
+puts it on the JobSet's own metadata and on the Job and pod templates, and Trainer copies the
+JobSet template's labels onto the JobSet), and Workloads (Kueue mode: the mode names the
+kinds) by ``kueue.x-k8s.io/job-uid``, by an ownerReference to one of the job's TrainJobs, or
+by the job-id label on their pod sets' templates (an orphaned Workload has neither owner nor
+a TrainJob to match, and Kueue copies none of the job's labels onto it: Workloads are the
+one kind listed whole). StopJob (:mod:`dispatch_kubeflow.stop`) reads the same kinds by the
+same rules, more cheaply.
 """
 
 from __future__ import annotations
@@ -35,8 +37,16 @@ from dispatch_kubeflow.model import JobID, ObjectRef
 log = logging.getLogger(__name__)
 
 KINDS: tuple[Resource, ...] = (TRAINJOB, WORKLOAD, JOBSET, JOB, TRAINING_RUNTIME, POD)
-"""Every kind a job may have, owners first: the order StopJob deletes them in, so the
-garbage collector does most of the work. A mode without Workloads leaves WORKLOAD out."""
+"""Every kind a job may have, owners first. A mode without Workloads leaves WORKLOAD out."""
+
+MADE_BY: Mapping[Resource, tuple[Resource, ...]] = {
+    JOBSET: (TRAINJOB,),  # Trainer makes a TrainJob's JobSet
+    WORKLOAD: (TRAINJOB,),  # Kueue makes a TrainJob's Workload
+    JOB: (JOBSET,),  # the JobSet controller makes its Jobs
+    POD: (JOB,),  # the Job controller makes its pods
+}
+"""Which kinds' objects make objects of a kind (a controller acting on them). A kind not
+named here (TrainJobs, runtime copies) is made only by Start, never by the cluster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,16 +80,24 @@ class Findings:
 
 def selector(res: Resource, job: JobID) -> str | None:
     """The label selector ``find`` lists ``res`` with (None: the whole namespace)."""
-    # JobSets and Workloads may lack the label: list them all and match by name/owner.
-    return None if res in (JOBSET, WORKLOAD) else f"{names.JOB_ID_LABEL}={job}"
+    # Workloads carry Kueue's labels only (the job's UID): list them all, match by owner.
+    return None if res is WORKLOAD else f"{names.JOB_ID_LABEL}={job}"
+
+
+def uid_selector(uids: Iterable[str]) -> str:
+    """The Workloads of the TrainJobs with these UIDs (Kueue labels each with its job's)."""
+    return f"{names.KUEUE_JOB_UID_LABEL} in ({','.join(sorted(uids))})"
 
 
 def trainjob_name_pattern(job: JobID) -> re.Pattern[str]:
     return re.compile(rf"^{re.escape(names.trainjob_name(job, 0)[:-1])}\d+$")
 
 
-def _belongs(res: Resource, obj: Mapping[str, Any], job: JobID, owners: set[str],
-             pattern: re.Pattern[str]) -> bool:
+def belongs(res: Resource, obj: Mapping[str, Any], job: JobID, owners: set[str],
+            pattern: re.Pattern[str]) -> bool:
+    """Whether ``obj`` (of kind ``res``) is the job's: its job-id label, its name (a JobSet),
+    Kueue's job-uid label or an owner among ``owners`` (TrainJob UIDs), its pod sets' job-id
+    label (a Workload), or an owner named like one of the job's TrainJobs."""
     if labels_of(obj).get(names.JOB_ID_LABEL) == str(job):
         return True
     if res is JOBSET and pattern.match(str(meta(obj).get("name", ""))):
@@ -134,7 +152,7 @@ async def find(kube: KubeAPI, namespace: str, job: JobID, kinds: Sequence[Resour
         if items is None:
             unreadable.append(res)
             continue
-        found += [Found(res, o) for o in items if _belongs(res, o, job, owners, pattern)]
+        found += [Found(res, o) for o in items if belongs(res, o, job, owners, pattern)]
     return Findings(found, unreadable, versions, failures)
 
 

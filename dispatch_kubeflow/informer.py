@@ -8,9 +8,11 @@ waiters. Its objects are kept in a cache, indexed by a key (an object's name, or
 labels' value): a waiter subscribes to a key per feed, is woken after every change of its
 keys' objects and after every list, and judges the cache itself (:meth:`View.changed`).
 
-A feed's watch starts with its first subscriber and stops when its last one leaves; an error
-that ends the watch (401, 403, 404) is raised in every subscriber, and the next subscriber
-starts the watch afresh. Waits only observe: nothing here writes.
+A feed's watch starts with its first subscriber and stops ``LINGER_SECONDS`` after its last
+one left, unless another subscribes meanwhile: a wait followed by a StopJob or by the next
+wait in the same namespace finds the watch running and its cache current, and lists nothing
+again. An error that ends the watch (401, 403, 404) is raised in every subscriber, and the
+next subscriber starts the watch afresh. Waits only observe: nothing here writes.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ Obj = dict[str, Any]
 
 WATCH_SECONDS = 60
 """Each watch request's ``timeoutSeconds`` (observe watches again after it)."""
+LINGER_SECONDS = 30.0
+"""How long a feed's watch goes on after its last subscriber left (see the module doc)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,21 @@ class View:
                 # Copies: the cache goes on changing under the caller.
                 return [dict(inf.index.get(key, {})) for inf, key in self._wanted]
 
+    async def everything(self) -> list[list[Obj]]:
+        """Once every feed has been listed: every object each feed holds, whatever its key
+        (for a scan a key cannot answer), in the order subscribed.
+
+        The objects are the cache's own (not copied): read them, do not change them, and do
+        not keep them past the next await. Raises the error that ended a feed's watch.
+        """
+        while True:
+            for inf, _ in self._wanted:
+                inf.raise_error()
+            if all(inf.synced for inf, _ in self._wanted):
+                return [list(inf.objects.values()) for inf, _ in self._wanted]
+            await self._woken.wait()
+            self._woken.clear()
+
 
 class _Informer:
     """One feed's watch, its cache and its subscribers."""
@@ -86,12 +105,17 @@ class _Informer:
         self.objects: dict[str, Obj] = {}
         self.index: dict[str, dict[str, Obj]] = {}  # key -> name -> object
         self.subscribers: dict[str, set[View]] = {}  # key -> views
+        self.idle: asyncio.TimerHandle | None = None
+        """When no one subscribes: the watch's stop, LINGER_SECONDS after the last left."""
         self._error: tuple[BaseException, TracebackType | None] | None = None
         # A context of its own: the first waiter's deadline (retry.deadline) must not bound
         # the requests of a watch that outlives it.
         self.task = asyncio.create_task(self._run(kube), context=contextvars.Context())
 
     def subscribe(self, key: str, view: View) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
         self.subscribers.setdefault(key, set()).add(view)
 
     def unsubscribe(self, key: str, view: View) -> None:
@@ -171,11 +195,12 @@ class Informers:
     def __init__(self, kube: KubeAPI) -> None:
         self._kube = kube
         self._running: dict[Feed, _Informer] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
     def feeds(self) -> int:
-        """How many feeds are being watched now."""
+        """How many feeds are being watched now (lingering ones too)."""
         return len(self._running)
 
     @asynccontextmanager
@@ -183,7 +208,7 @@ class Informers:
         """Subscribe to key ``key`` of each ``(feed, key)`` for the block (see :class:`View`).
 
         Starts the feeds' watches that are not running; the last subscriber to leave a feed
-        stops its watch.
+        stops its watch: at once if it ended, else after the linger.
         """
         if self._closed:
             raise DispatchError("the backend is closed")
@@ -196,13 +221,29 @@ class Informers:
                 subscribed.append((inf, key))
             yield view
         finally:
-            idle = []
+            ended = []
             for inf, key in subscribed:
                 inf.unsubscribe(key, view)
-                if not inf.subscribers:
+                if inf.subscribers or inf.idle is not None:
+                    continue
+                if inf.task.done():
                     self._forget(inf)
-                    idle.append(inf.task)
-            await cancel_all(idle)
+                    ended.append(inf.task)
+                else:
+                    inf.idle = asyncio.get_running_loop().call_later(
+                        LINGER_SECONDS, self._expire, inf)
+            await cancel_all(ended)
+
+    def _expire(self, inf: _Informer) -> None:
+        """The linger is over and no one subscribed again: stop the watch."""
+        inf.idle = None
+        if inf.subscribers:
+            return
+        self._forget(inf)
+        inf.task.cancel()
+        # Awaited by close(), so no task is left pending when the Backend closes.
+        self._stopping.add(inf.task)
+        inf.task.add_done_callback(self._stopping.discard)
 
     async def close(self) -> None:
         """Stop every watch; a wait still running raises DispatchError."""
@@ -210,8 +251,11 @@ class Informers:
         running = list(self._running.values())
         self._running.clear()
         for inf in running:
+            if inf.idle is not None:
+                inf.idle.cancel()
+                inf.idle = None
             inf.fail(DispatchError("the backend was closed while waiting"))
-        await cancel_all([inf.task for inf in running])
+        await cancel_all([inf.task for inf in running] + list(self._stopping))
 
     def _start(self, feed: Feed) -> _Informer:
         inf = self._running[feed] = _Informer(self._kube, feed)

@@ -18,7 +18,7 @@ from dispatch_kubeflow import errors, gate, hold, preflight
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.find import KINDS
-from dispatch_kubeflow.informer import Feed
+from dispatch_kubeflow.informer import Feed, Informers
 from dispatch_kubeflow.jobs import Listed
 from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
@@ -57,16 +57,25 @@ class KueueMode:
     def closed_annotations(self) -> dict[str, str]:
         return {names.ADMISSION_GATED_BY: names.GATE}
 
-    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> None:
-        """Wait for Kueue's Workload of the TrainJob (``timeouts.start``)."""
+    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any],
+                      shared: Informers | None = None) -> None:
+        """Wait for Kueue's Workload of the TrainJob (``timeouts.start``): through the
+        Backend's informer of the namespace's Workloads when ``shared`` (the one its waits
+        use, so concurrent Starts and waits share one watch), else a watch of its own."""
         uid = meta(trainjob)["uid"]
         limit = self.settings.timeouts.start
         async with within(deadline_after(limit),
                           f"Start of TrainJob {meta(trainjob)['name']}: waiting for Kueue's "
                           f"Workload ({limit})"):
-            await wait_for(kube, WORKLOAD, self.settings.namespace,
-                           lambda wls: True if wls else None,
-                           label_selector=f"{names.KUEUE_JOB_UID_LABEL}={uid}")
+            if shared is None:
+                await wait_for(kube, WORKLOAD, self.settings.namespace,
+                               lambda wls: True if wls else None,
+                               label_selector=f"{names.KUEUE_JOB_UID_LABEL}={uid}")
+                return
+            feed, = self.watched(self.settings.namespace)
+            async with shared.watching([(feed, uid)]) as view:
+                while not (await view.changed())[0]:
+                    pass
 
     async def open(self, kube: KubeAPI, ref: ObjectRef) -> None:
         await gate.open_kueue_gate(kube, ref.namespace, ref.name)

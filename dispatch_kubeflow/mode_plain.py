@@ -18,7 +18,7 @@ from dispatch_kubeflow import errors, hold, observe, preflight, state
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.find import KINDS
-from dispatch_kubeflow.informer import Feed
+from dispatch_kubeflow.informer import Feed, Informers
 from dispatch_kubeflow.jobs import Listed
 from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
@@ -47,7 +47,8 @@ class PlainMode:
     def closed_annotations(self) -> dict[str, str]:
         return {}  # created suspended: that is the gate
 
-    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> None:
+    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any],
+                      shared: Informers | None = None) -> None:
         return None  # nothing makes anything of a suspended TrainJob
 
     async def open(self, kube: KubeAPI, ref: ObjectRef) -> None:

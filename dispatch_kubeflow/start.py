@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
+from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import (
     CLUSTER_TRAINING_RUNTIME,
@@ -200,8 +201,10 @@ class StartMode(Protocol):
         """The annotations a new TrainJob carries so it starts closed (Kueue's gate)."""
         ...
 
-    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> None:
-        """What Start waits for once the TrainJob is made (Kueue: its Workload)."""
+    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any],
+                      shared: Informers | None = None) -> None:
+        """What Start waits for once the TrainJob is made (Kueue: its Workload), watching
+        through ``shared`` (the Backend's informers) when given."""
         ...
 
 
@@ -277,7 +280,7 @@ _ROUNDS = 4
 
 
 async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
-                req: StartRequest) -> ObjectRef:
+                req: StartRequest, *, shared: Informers | None = None) -> ObjectRef:
     """Start ``req`` closed; see the module docstring.
 
     Linearizable per job and submission: the runtime copy (one name, created once) decides
@@ -291,66 +294,129 @@ async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
     mine = request_doc(req)
     digest = spec_hash(req)
     what_tj, what_rt = f"TrainJob {ns}/{name}", f"TrainingRuntime {ns}/{name}"
-    source: dict[str, Any] | None = None
-    tj: dict[str, Any] | None = None
-    for _ in range(_ROUNDS):
-        tj = await kube.get_or_none(TRAINJOB, name, ns)
-        if tj is not None:
-            _same_or_conflict(tj, mine, digest, what_tj)
-            if await _own_copy(kube, ns, name, tj, mine, digest):
-                break
-            continue
-        rt = await kube.get_or_none(TRAINING_RUNTIME, name, ns)
-        if rt is None:
-            if source is None:
-                source = await _read_runtime(kube, ns, runtime)
-            try:
-                # Idempotent by name: of concurrent creates one wins, the others judge again.
-                rt = await kube.create(TRAINING_RUNTIME, runtime_copy(
-                    source, name=name, namespace=ns, labels=job_labels(req), digest=digest,
-                    image=image, request=_canonical(mine)), ns,
-                    field_manager=names.ADAPTER_FIELD_MANAGER)
-            except errors.KubeConflict:
+    source: dict[str, Any] | None
+    try:
+        source = await _read_runtime(kube, ns, runtime)
+    except errors.SpecError:
+        source = None  # a repeated Start needs no runtime; the rounds say so if one does
+    tj = (await _fresh(kube, ns, name, source, req, settings, mode, image, digest, mine)
+          if source is not None else None)
+    if tj is None:  # not the first Start, or raced: judge from what is there
+        for _ in range(_ROUNDS):
+            tj = await kube.get_or_none(TRAINJOB, name, ns)
+            if tj is not None:
+                _same_or_conflict(tj, mine, digest, what_tj)
+                if await _own_copy(kube, ns, name, tj, mine, digest):
+                    break
                 continue
-        _same_or_conflict(rt, mine, digest, what_rt,
-                          made_by="a Start whose TrainJob is not there (interrupted, or still "
-                          "running): start that request again to complete it, or StopJob "
-                          "the job")
-        if meta(rt).get("ownerReferences"):
-            # Owned, yet no TrainJob: it just came (the next round sees it), or it is gone
-            # and the garbage collector is removing the copy.
-            continue
-        try:
-            tj = await create_trainjob(
-                kube, ns, trainjob_body(req, settings, mode, name=name, image=image,
-                                       digest=digest))
-        except errors.KubeConflict:
-            continue  # a concurrent Start made it: the next round judges it
-        except errors.KubeWebhookDenied as exc:
-            # Trainer found no runtime: did the copy go meanwhile (a concurrent StopJob)?
-            if not runtime_not_seen(exc) or await _copy_if_mine(kube, ns, name, digest) \
-                    is not None:
-                raise
-            continue
-        rt = await _copy_if_mine(kube, ns, name, digest)
-        if rt is None:
-            # The copy went or changed between our read and our create (a concurrent StopJob
-            # and another Start): Trainer may build this TrainJob from another request's
-            # copy. Delete it, only it (UID precondition), while it is suspended and closed.
-            await kube.delete(TRAINJOB, name, ns, uid=meta(tj)["uid"])
+            rt = await kube.get_or_none(TRAINING_RUNTIME, name, ns)
+            if rt is None:
+                if source is None:
+                    source = await _read_runtime(kube, ns, runtime)
+                try:
+                    # Idempotent by name: of concurrent creates one wins, the others judge again.
+                    rt = await _create_copy(kube, ns, name, source, req, image, digest, mine)
+                except errors.KubeConflict:
+                    continue
+            _same_or_conflict(rt, mine, digest, what_rt,
+                              made_by="a Start whose TrainJob is not there (interrupted, or still "
+                              "running): start that request again to complete it, or StopJob "
+                              "the job")
+            if meta(rt).get("ownerReferences"):
+                # Owned, yet no TrainJob: it just came (the next round sees it), or it is gone
+                # and the garbage collector is removing the copy.
+                continue
+            try:
+                tj = await create_trainjob(
+                    kube, ns, trainjob_body(req, settings, mode, name=name, image=image,
+                                           digest=digest))
+            except errors.KubeConflict:
+                continue  # a concurrent Start made it: the next round judges it
+            except errors.KubeWebhookDenied as exc:
+                # Trainer found no runtime: did the copy go meanwhile (a concurrent StopJob)?
+                if not runtime_not_seen(exc) or await _copy_if_mine(kube, ns, name, digest) \
+                        is not None:
+                    raise
+                continue
+            rt = await _copy_if_mine(kube, ns, name, digest)
+            if rt is None:
+                await _undo_trainjob(kube, ns, name, tj)  # the copy went or changed meanwhile
+            if await _own_copy(kube, ns, name, tj, mine, digest, rt):
+                break
+        else:
             raise errors.ConflictError(
-                f"{what_rt} was removed or replaced while this Start ran (a concurrent StopJob "
-                "or Start); the TrainJob it made was deleted again; start again")
-        if await _own_copy(kube, ns, name, tj, mine, digest, rt):
-            break
-    else:
-        raise errors.ConflictError(
-            f"{what_tj}: the job's objects kept changing during {_ROUNDS} rounds of Start "
-            "(a concurrent StopJob, or the previous objects still being removed); try again")
+                f"{what_tj}: the job's objects kept changing during {_ROUNDS} rounds of Start "
+                "(a concurrent StopJob, or the previous objects still being removed); try again")
     assert tj is not None
-    await mode.started(kube, tj)
+    await mode.started(kube, tj, shared)
     return ObjectRef(namespace=ns, name=name, kind="TrainJob", api_version=TRAINJOB_API_VERSION,
                      uid=str(meta(tj)["uid"]))
+
+
+async def _fresh(kube: KubeAPI, ns: str, name: str, source: Mapping[str, Any],
+                 req: StartRequest, settings: Settings, mode: StartMode, image: Image,
+                 digest: str, mine: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The first Start of a job, in the fewest requests: create the copy, create the
+    TrainJob, make the TrainJob own the copy. None when anything was there before or changed
+    meanwhile: the rounds of :func:`start` then judge from what is there.
+
+    Each write is fenced, so the fast path decides nothing the rounds would not: the creates
+    are by name (409 when the name is taken), and the owner patch carries the resourceVersion
+    the copy's create returned, so it lands only if nobody changed or replaced the copy since
+    this Start made it, which is what the rounds' read-then-patch proves.
+    """
+    try:
+        rt = await _create_copy(kube, ns, name, source, req, image, digest, mine)
+    except errors.KubeConflict:
+        return None  # a copy is there: another Start's, or an earlier one's
+    try:
+        tj = await create_trainjob(
+            kube, ns, trainjob_body(req, settings, mode, name=name, image=image, digest=digest))
+    except errors.KubeConflict:
+        return None
+    except errors.KubeWebhookDenied as exc:
+        if not runtime_not_seen(exc):
+            raise
+        return None  # the copy went meanwhile (a concurrent StopJob): the rounds judge
+    try:
+        await _patch_owner(kube, ns, name, rt, tj)
+        return tj
+    except (errors.KubeConflict, errors.KubeNotFound):
+        pass  # the copy changed since its create: is it still ours?
+    if await _copy_if_mine(kube, ns, name, digest) is None:
+        await _undo_trainjob(kube, ns, name, tj)  # as in the rounds
+    return None  # still ours, only touched (a label): the rounds own it
+
+
+async def _create_copy(kube: KubeAPI, ns: str, name: str, source: Mapping[str, Any],
+                       req: StartRequest, image: Image, digest: str,
+                       mine: Mapping[str, Any]) -> dict[str, Any]:
+    """Create this request's runtime copy. Idempotent by name: of concurrent creates one
+    wins, the others get KubeConflict (409) and judge again."""
+    created: dict[str, Any] = await kube.create(TRAINING_RUNTIME, runtime_copy(
+        source, name=name, namespace=ns, labels=job_labels(req), digest=digest,
+        image=image, request=_canonical(mine)), ns, field_manager=names.ADAPTER_FIELD_MANAGER)
+    return created
+
+
+async def _patch_owner(kube: KubeAPI, ns: str, name: str, rt: Mapping[str, Any],
+                       tj: Mapping[str, Any]) -> None:
+    """Make the TrainJob own the copy, fenced by the copy's resourceVersion as ``rt`` has it
+    (KubeConflict or KubeNotFound when the copy changed or went since)."""
+    await kube.patch(TRAINING_RUNTIME, name, {"metadata": {
+        "resourceVersion": meta(rt)["resourceVersion"],
+        "ownerReferences": [owner_reference(tj)]}}, ns)
+
+
+async def _undo_trainjob(kube: KubeAPI, ns: str, name: str, tj: Mapping[str, Any]) -> None:
+    """The copy went or changed between its read (or create) and the TrainJob's create (a
+    concurrent StopJob and another Start): Trainer may build this TrainJob from another
+    request's copy. Delete it, only it (UID precondition), while it is suspended and closed,
+    and say so."""
+    await kube.delete(TRAINJOB, name, ns, uid=meta(tj)["uid"])
+    raise errors.ConflictError(
+        f"TrainingRuntime {ns}/{name} was removed or replaced while this Start ran (a "
+        "concurrent StopJob or Start); the TrainJob it made was deleted again; start again")
 
 
 async def _copy_if_mine(kube: KubeAPI, ns: str, name: str,
@@ -388,9 +454,7 @@ async def _own_copy(kube: KubeAPI, ns: str, name: str, tj: Mapping[str, Any],
             f"TrainingRuntime {ns}/{name} belongs to an earlier TrainJob of that name (uid "
             f"{owners[0].get('uid')}), which is being removed; wait for StopJob to finish")
     try:
-        await kube.patch(TRAINING_RUNTIME, name, {"metadata": {
-            "resourceVersion": meta(rt)["resourceVersion"],
-            "ownerReferences": [owner_reference(tj)]}}, ns)
+        await _patch_owner(kube, ns, name, rt, tj)
     except (errors.KubeConflict, errors.KubeNotFound):
         return False
     return True

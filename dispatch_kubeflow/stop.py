@@ -1,15 +1,52 @@
-"""StopJob: delete everything of a job, and prove it is gone.
+"""StopJob: delete everything of a job, and prove it is gone, with few requests.
 
 What belongs to a job is :mod:`dispatch_kubeflow.find`'s to say, among the kinds the mode
-names (Kueue mode: Workloads too).
+names (Kueue mode: Workloads too). Every read is selector-scoped to the job, so concurrent
+stops in one namespace do not read each other's objects; Workloads, which carry none of the
+job's labels, are the one exception, scanned once per stop for orphans, from the Backend's
+shared Workload informer when there is one (one list for every concurrent stop).
 
-``stop_job`` records the reason as an Event on each TrainJob, deletes the TrainJobs with
-background propagation (so the TrainJob is gone at once and the garbage collector removes
-the rest), then finds what is left and deletes each object under its own UID
-precondition, pass after pass, until nothing remains or ``timeouts.stopJob`` passes.
-Between passes it does not poll: it watches each kind from the resourceVersion of the
-pass's list until every object the pass found is deleted (or the time is up), then lists
-again to catch anything created meanwhile.
+``stop_job`` lists the job's TrainJobs and runtime copies (what Start makes; the report
+names them whoever removes them), records the reason as an Event on each TrainJob and
+deletes the TrainJobs with background propagation (so the TrainJob is gone at once and the
+garbage collector removes the rest). Then it keeps one view per kind: a list, and a watch
+from that list's resourceVersion that keeps it current. A kind that the cluster makes
+(:data:`~dispatch_kubeflow.find.MADE_BY`: JobSets and Workloads from TrainJobs, Jobs from
+JobSets, pods from Jobs) is listed only once every kind that makes it is proven empty,
+and listed again if one of its makers shows a new object meanwhile.
+
+Why that proves the job gone: a list is a consistent read, so it holds every object created
+before it was sent. An object of kind D is made by a live object of a kind that makes D;
+D is listed after each of those kinds' views held nothing, i.e. after the last maker was
+deleted, so every D ever made is in D's list or arrived on D's watch since. D's watch then
+sees each of them deleted (a watch from a list's resourceVersion misses no event), and
+nothing can make another unless a maker's view shows a new object, which lists D again.
+(An object a controller creates from a stale cache after its maker is gone is not covered:
+the garbage collector removes it.) So when every view is empty, nothing of the job exists,
+as a direct list would say, and no
+kind is listed twice unless something of the job was made again (or a watch expired, or a
+list failed). The views are the server's own lists and watches, never a cache: the shared
+informer serves only the orphan scan. A maker held by a finalizer does not hold the rest
+back: once all a kind holds is being deleted, the kinds it makes are listed (what it made
+is deleted meanwhile), and listed again once it has gone.
+
+What StopJob deletes itself, each under its UID precondition (idempotent: a second delete
+of the same UID is a 404, and a newer object of that name is a 409 and stays): the
+TrainJobs, at once; objects with no owner (orphans), at once; objects whose owners are gone,
+once the garbage collector has had ``_GC_GRACE`` (at most a quarter of the time) to do it
+first. So a job whose objects go promptly costs one delete, and the rest of its requests
+are one list and at most one watch per kind.
+
+One thing of another controller's StopJob may release: the Job controller's
+``batch.kubernetes.io/job-tracking`` finalizer, on a pod being deleted whose Job is gone
+(a GET of the owner by name finds nothing, or another UID), once the Job controller has had
+``_GC_GRACE`` to do it. The finalizer only lets the Job controller count the pod in its
+Job's status; with the Job gone nothing is left to count, and the Job controller releases
+such pods itself. When it does not (its informers stale after etcd compactions, seen in
+the fault suite), the pod would otherwise stay, and the namespace with it, until someone
+restarted the kube-controller-manager. The kubelet still ends the pod's containers as it
+would; the finalizer does not hold them.
+
 Foreground deletion is not used: it keeps the TrainJob until every dependant is gone and
 a stuck pod would then hide the whole job behind a deletionTimestamp.
 """
@@ -21,6 +58,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,15 +66,36 @@ from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.core.times import format_microtime
-from dispatch_kubeflow.find import Findings, Found, find, selector
-from dispatch_kubeflow.kube import KubeAPI, Resource
-from dispatch_kubeflow.kube.resources import EVENT, POD, TRAINING_RUNTIME, TRAINJOB
+from dispatch_kubeflow.find import (
+    MADE_BY,
+    Found,
+    belongs,
+    selector,
+    trainjob_name_pattern,
+    uid_selector,
+)
+from dispatch_kubeflow.informer import Feed, Informers, View
+from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent
+from dispatch_kubeflow.kube.resources import (
+    EVENT,
+    JOB,
+    POD,
+    TRAINING_RUNTIME,
+    TRAINJOB,
+    WORKLOAD,
+)
 from dispatch_kubeflow.model import JobID, ObjectRef, StopReport
+from dispatch_kubeflow.waits import cancel_all
 
 log = logging.getLogger(__name__)
 
 _PASS_WAIT = 1.0
+"""How long a kind whose list or watch failed waits before it is listed again."""
+_GC_GRACE = 1.0
+"""How long the garbage collector gets to delete an object whose owners are gone before
+StopJob deletes it itself (at most a quarter of ``timeouts.stopJob``)."""
 REPORTING_CONTROLLER = f"{names.DOMAIN}/kubeflow"
+Obj = dict[str, Any]
 
 
 async def record_reason(kube: KubeAPI, trainjob: Mapping[str, Any], reason: str) -> None:
@@ -57,6 +116,7 @@ async def record_reason(kube: KubeAPI, trainjob: Mapping[str, Any], reason: str)
                       "uid": m.get("uid")},
     }
     try:
+        # A record, not a decision: a repeated StopJob records its reason again, by design.
         await kube.create(EVENT, body, m["namespace"])
     except errors.KubeError as exc:
         log.warning("StopJob: could not record the reason on TrainJob %s: %s", m["name"], exc)
@@ -64,99 +124,402 @@ async def record_reason(kube: KubeAPI, trainjob: Mapping[str, Any], reason: str)
 
 async def _delete(kube: KubeAPI, f: Found) -> None:
     m = meta(f.obj)
-    if m.get("deletionTimestamp") and f.res is not POD:
-        return  # already going; deleting again changes nothing
-    # A conflict means the UID differs: a newer object of that name, judged next pass.
+    # Under the UID StopJob saw: idempotent (gone already: None), and a conflict means the
+    # name now holds a newer object, which its own view judges.
     with contextlib.suppress(errors.KubeConflict):
         await kube.delete(f.res, str(m["name"]), str(m.get("namespace") or ""),
                           uid=f.uid or None, propagation="Background")
 
 
-async def stop_job(kube: KubeAPI, namespace: str, job: JobID, reason: str, *,
-                   kinds: Sequence[Resource], limit: timedelta) -> StopReport:
-    """Delete everything of ``job`` of the ``kinds`` (the mode's); see the module docstring."""
-    loop = asyncio.get_running_loop()
-    until = loop.time() + limit.total_seconds()
-    seen: dict[str, Found] = {}
-    first = await find(kube, namespace, job, kinds)
-    # Everything there at the start is reported, whoever removes it (we or the garbage
-    # collector): the report does not depend on which of the two got there first.
-    for f in first.found:
-        seen[f.uid] = f
-    trainjobs = [f for f in first.found if f.res is TRAINJOB]
-    await asyncio.gather(*(record_reason(kube, f.obj, reason) for f in trainjobs))
-    for f in trainjobs:
-        await _delete(kube, f)
-    findings = first
-    while True:
-        findings = await find(kube, namespace, job, kinds, known_uids=seen)
-        for f in findings.found:
-            seen.setdefault(f.uid, f)
-        if not findings.found and not findings.unreadable:
-            break
-        if loop.time() >= until:
-            break
-        for f in findings.found:
-            await _delete(kube, f)
-        await wait_gone(kube, namespace, job, findings, max(0.0, until - loop.time()))
-    return _report(seen, findings)
+def _makes(kinds: Sequence[Resource]) -> dict[Resource, set[Resource]]:
+    """Each kind -> every kind its objects make, directly or through others."""
+    out: dict[Resource, set[Resource]] = {k: set() for k in kinds}
+    changed = True
+    while changed:
+        changed = False
+        for made, makers in MADE_BY.items():
+            for maker in makers:
+                if made in out and maker in out:
+                    new = {made} | out[made]
+                    if not new <= out[maker]:
+                        out[maker] |= new
+                        changed = True
+    return out
 
 
-async def wait_gone(kube: KubeAPI, namespace: str, job: JobID, findings: Findings,
-                    seconds: float) -> None:
-    """Watch until every object ``findings`` found is deleted, or ``seconds`` pass.
+@dataclass
+class _Kind:
+    """StopJob's view of one kind (see the module docstring)."""
 
-    Each kind is watched from its list's resourceVersion, so no deletion is missed. When a
-    kind could not be listed (or its watch expired) there is nothing to watch from: wait
-    a moment and let the next pass list again.
-    """
-    if findings.unreadable:
-        await asyncio.sleep(min(_PASS_WAIT, seconds))
-        return
-    by_kind: dict[Resource, set[str]] = {}
-    for f in findings.found:
-        by_kind.setdefault(f.res, set()).add(f.uid)
+    res: Resource
+    live: dict[str, Found] = field(default_factory=dict)
+    """What of the job exists, by UID, as the last list and the watch since say."""
+    current: bool = False
+    """Listed when its makers were proven gone, and kept current since by its watch."""
+    rv: str = ""
+    label_selector: str | None = None
+    failure: errors.KubeError | None = None
+    """Why the last list or watch failed (None: it did not)."""
+    retry_at: float = 0.0
+    early: bool = False
+    """Listed while a maker was still there, being deleted: listed again once it is gone."""
+    watch: asyncio.Task[None] | None = None
 
-    async def gone(res: Resource, uids: set[str]) -> None:
-        rv = findings.versions.get(res, "")
-        while uids:
-            try:
-                async for ev in kube.watch(res, namespace, resource_version=rv,
-                                           label_selector=selector(res, job),
-                                           timeout_seconds=60):
-                    rv = str(meta(ev.object).get("resourceVersion", rv))
-                    if ev.type == "DELETED":
-                        uids.discard(str(meta(ev.object).get("uid", "")))
-                        if not uids:
-                            return
-            except errors.KubeGone:
-                return  # expired: the next pass lists again
-            except errors.KubeError as exc:
-                log.warning("StopJob %s: watch of %s failed: %s", job, res.plural, exc)
-                await asyncio.sleep(_PASS_WAIT)
+
+class _Stop:
+    """One StopJob's state (see the module docstring)."""
+
+    def __init__(self, kube: KubeAPI, namespace: str, job: JobID, kinds: Sequence[Resource],
+                 limit: float, scan: View | None) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.job = job
+        self.kinds = {k: _Kind(k) for k in kinds}
+        self.makes = _makes(kinds)
+        self.scan = scan
+        self.scanned = False
+        self.grace = min(_GC_GRACE, limit / 4)
+        self.pattern = trainjob_name_pattern(job)
+        self.seen: dict[str, Found] = {}
+        self.owner_uids: set[str] = set()
+        """The UIDs of the job's TrainJobs, present or gone (the Workloads' selector)."""
+        self.asked: set[str] = set()
+        """The UIDs StopJob asked to delete (once each)."""
+        self.listed: set[Resource] = set()
+        """The kinds listed at least once."""
+        self.due: dict[str, float] = {}
+        """When StopJob deletes an object itself, by UID, if it is still there and not going."""
+        self.release_at: dict[str, float] = {}
+        """When StopJob releases a pod's job-tracking finalizer, by UID, if it still holds."""
+        self.released: dict[str, str] = {}
+        """The resourceVersion each pod's finalizer was last released at (once per version)."""
+        self.changed = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+
+    # --- the views ------------------------------------------------------------------------
+    def gone(self, res: Resource) -> bool:
+        k = self.kinds.get(res)
+        return k is None or (k.current and not k.live)
+
+    def going(self, res: Resource) -> bool:
+        """Current, and all it holds is being deleted (held by a finalizer)."""
+        k = self.kinds.get(res)
+        return k is None or (k.current and all(meta(f.obj).get("deletionTimestamp")
+                                               for f in k.live.values()))
+
+    def may_list(self, k: _Kind) -> bool:
+        """Whether ``k`` is listed now: its makers are gone, or going (held by a finalizer:
+        what they made is deleted meanwhile; ``early`` lists it again once they are gone)."""
+        makers = MADE_BY.get(k.res, ())
+        if all(self.gone(m) for m in makers):
+            k.early = False
+            return True
+        if all(self.going(m) for m in makers):
+            k.early = True
+            return True
+        return False
+
+    def _saw(self, k: _Kind, f: Found) -> None:
+        new = f.uid not in self.seen
+        # Everything seen is reported, whoever removes it (StopJob or the garbage collector).
+        self.seen.setdefault(f.uid, f)
+        k.live[f.uid] = f
+        if not new:
+            return
+        if f.res is TRAINJOB and f.uid not in self.owner_uids:
+            self.owner_uids.add(f.uid)
+            self._stale(WORKLOAD)  # its selector names the TrainJobs' UIDs
+        for made in self.makes.get(k.res, ()):
+            # A new maker: what it makes is listed again once it is gone.
+            self._stale(made)
+
+    def _stale(self, res: Resource) -> None:
+        k = self.kinds.get(res)
+        if k is not None:
+            k.current = False
+
+    async def list_kind(self, k: _Kind, *, watch: bool = True) -> None:
+        try:
+            if k.res is WORKLOAD:
+                items, rv, sel = await self._list_workloads()
+            else:
+                sel = selector(k.res, self.job)
+                items, rv = await self.kube.list(k.res, self.namespace, label_selector=sel)
+        except errors.KubeNotFound:
+            items, rv, sel = [], "", None  # the cluster does not serve it: none exists
+        except errors.KubeError as exc:
+            log.warning("StopJob %s: cannot list %s: %s", self.job, k.res.plural, exc)
+            k.failure = exc
+            k.retry_at = self.loop.time() + _PASS_WAIT
+            return
+        if k.watch is not None:
+            # The new list replaces the view, and a new watch goes on from its version.
+            await cancel_all([k.watch])
+            k.watch = None
+        k.failure, k.rv, k.label_selector, k.live, k.current = None, rv, sel, {}, True
+        self.listed.add(k.res)
+        for o in items:
+            if belongs(k.res, o, self.job, self.owner_uids, self.pattern):
+                self._saw(k, Found(k.res, o))
+        # Nothing to watch go when the list holds nothing of the job: a kind the cluster
+        # makes is listed only once its makers are gone (a maker seen again lists it again),
+        # and a TrainJob or copy made after the list is a later Start's, not this stop's.
+        # A Workload is watched by its job's UIDs only (no selector: no watch at all).
+        if watch and k.live and rv and sel is not None:
+            k.watch = asyncio.create_task(self._watch(k))
+
+    async def _list_workloads(self) -> tuple[list[Obj], str, str | None]:
+        """The job's Workloads, by Kueue's job-uid label; the first time, also the orphans
+        whose TrainJob StopJob never saw (a scan of the namespace, see below)."""
+        if not self.scanned:
+            if self.scan is None:
+                # No informer to share: one unselected list. Its resourceVersion serves the
+                # selector-scoped watch: that watch misses no change after it.
+                items, rv = await self.kube.list(WORKLOAD, self.namespace)
+                self._learn_owners(items)
+                self.scanned = True
+                return items, rv, uid_selector(self.owner_uids) if self.owner_uids else None
+            # The shared informer's cache (one list for every concurrent stop), only to learn
+            # the job-uid of orphans whose TrainJob went before this stop: the list that
+            # proves anything is the direct, selector-scoped one below. An orphan's Workload
+            # is older than its TrainJob's deletion; the cache misses it only if the watch
+            # lags by more than that, and then the next StopJob finds it.
+            (cached,) = await self.scan.everything()
+            self._learn_owners(cached)
+            self.scanned = True
+        if not self.owner_uids:
+            return [], "", None
+        sel = uid_selector(self.owner_uids)
+        items, rv = await self.kube.list(WORKLOAD, self.namespace, label_selector=sel)
+        return items, rv, sel
+
+    def _learn_owners(self, workloads: Sequence[Obj]) -> None:
+        for o in workloads:
+            if belongs(WORKLOAD, o, self.job, self.owner_uids, self.pattern):
+                uid = labels_of(o).get(names.KUEUE_JOB_UID_LABEL)
+                if uid:
+                    self.owner_uids.add(uid)
+
+    async def _watch(self, k: _Kind) -> None:
+        try:
+            while True:
+                async for ev in self.kube.watch(k.res, self.namespace, resource_version=k.rv,
+                                                label_selector=k.label_selector,
+                                                timeout_seconds=60):
+                    k.rv = str(meta(ev.object).get("resourceVersion", k.rv))
+                    self._apply(k, ev)
+                    self.changed.set()
+                # The server ended the watch (its timeout): go on from where it ended.
+        except errors.KubeGone:
+            k.current = False  # expired: list again
+        except errors.KubeError as exc:
+            log.warning("StopJob %s: watch of %s failed: %s", self.job, k.res.plural, exc)
+            k.current, k.failure = False, exc
+            k.retry_at = self.loop.time() + _PASS_WAIT
+        self.changed.set()
+
+    def _apply(self, k: _Kind, ev: WatchEvent) -> None:
+        uid = str(meta(ev.object).get("uid", ""))
+        if ev.type == "DELETED":
+            k.live.pop(uid, None)
+            self.due.pop(uid, None)
+            self.release_at.pop(uid, None)
+        elif ev.type in ("ADDED", "MODIFIED"):
+            if belongs(k.res, ev.object, self.job, self.owner_uids, self.pattern):
+                f = Found(k.res, ev.object)
+                self._saw(k, f)
+            else:
+                k.live.pop(uid, None)
+
+    # --- deleting -------------------------------------------------------------------------
+    def due_deletes(self, now: float) -> list[Found]:
+        """What StopJob deletes itself now (see the module docstring)."""
+        # An owner being deleted (a deletionTimestamp, held by a finalizer) does not hold
+        # the garbage collector back for long, nor StopJob.
+        live = {uid for k in self.kinds.values() for uid, f in k.live.items()
+                if not meta(f.obj).get("deletionTimestamp")}
+        out = []
+        for k in self.kinds.values():
+            for f in k.live.values():
+                if f.uid in self.asked or meta(f.obj).get("deletionTimestamp"):
+                    # Asked already, or going: asking again changes nothing, and nothing is
+                    # due (a time left here would wake the passes at once, again and again).
+                    self.due.pop(f.uid, None)
+                    continue
+                owners = [str(o.get("uid")) for o in meta(f.obj).get("ownerReferences") or []]
+                if f.res is TRAINJOB or not owners:
+                    out.append(f)
+                elif any(o in live for o in owners):
+                    self.due.pop(f.uid, None)  # the garbage collector waits for its owner
+                elif now >= self.due.setdefault(f.uid, now + self.grace):
+                    out.append(f)  # the garbage collector had its chance
+        return out
+
+    def due_releases(self, now: float) -> list[Found]:
+        """The pods whose job-tracking finalizer StopJob releases now (the module docstring):
+        being deleted, held by it, no owning Job in the Job view, and the grace passed."""
+        pods, jobs = self.kinds.get(POD), self.kinds.get(JOB)
+        if pods is None or jobs is None or not jobs.current:
+            return []
+        out = []
+        for f in pods.live.values():
+            m = meta(f.obj)
+            if (not m.get("deletionTimestamp")
+                    or names.JOB_TRACKING_FINALIZER not in (m.get("finalizers") or [])
+                    or any(uid in jobs.live for _, uid in _job_owners(m))):
+                self.release_at.pop(f.uid, None)
+            elif self.released.get(f.uid) != str(m.get("resourceVersion")) and (
+                    now >= self.release_at.setdefault(f.uid, now + self.grace)):
+                out.append(f)
+        return out
+
+    def _forget_gone(self) -> None:
+        """Drop the times of what no view holds (gone, or not seen by a list again): a past
+        time left behind would wake the passes at once, again and again."""
+        live = {uid for k in self.kinds.values() for uid in k.live}
+        for times in (self.due, self.release_at):
+            for uid in [u for u in times if u not in live]:
+                del times[uid]
+
+    async def release(self, f: Found) -> None:
+        m = meta(f.obj)
+        name, rv = str(m["name"]), str(m.get("resourceVersion"))
+        self.release_at.pop(f.uid, None)
+        self.released[f.uid] = rv
+        for owner, uid in _job_owners(m):
+            job = await self.kube.get_or_none(JOB, owner, self.namespace)
+            if job is not None and meta(job).get("uid") == uid:
+                # Its Job is there (not one of this job's, by its labels): the Job
+                # controller's to release. Looked at again after a while.
+                del self.released[f.uid]
+                self.release_at[f.uid] = self.loop.time() + 4 * self.grace
                 return
+        rest = [x for x in m.get("finalizers") or [] if x != names.JOB_TRACKING_FINALIZER]
+        log.info("StopJob %s: pod %s is held by the Job controller's finalizer of a Job "
+                 "that is gone; releasing it", self.job, name)
+        # Fenced by the resourceVersion judged above: any change since (the Job controller
+        # released it, a finalizer was added) is a 409, and the watch brings the version to
+        # judge again. Released already or gone: the watch says so.
+        try:
+            await self.kube.patch(POD, name, {"metadata": {"resourceVersion": rv,
+                                                           "finalizers": rest}},
+                                  self.namespace)
+        except (errors.KubeConflict, errors.KubeNotFound):
+            pass
+        except errors.KubeForbidden as exc:
+            log.warning("StopJob %s: may not release the finalizer of pod %s (%s); it stays "
+                        "until the Job controller does", self.job, name, exc)
 
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await asyncio.gather(*(gone(res, uids) for res, uids in by_kind.items()))
+    async def delete(self, f: Found) -> None:
+        if f.res is not TRAINJOB:
+            # What this object made goes with it, removed by the garbage collector perhaps
+            # before its kind's turn: list each such kind once first, so the report names
+            # what was there (an orphaned JobSet's Jobs). Not a view: listed again in turn.
+            for res in self.makes.get(f.res, ()):
+                k = self.kinds[res]
+                if res not in self.listed and not k.current:
+                    await self.list_kind(k, watch=False)
+                    k.current = False
+        self.asked.add(f.uid)
+        await _delete(self.kube, f)
+
+    # --- the passes -----------------------------------------------------------------------
+    def done(self) -> bool:
+        return all(k.current and not k.live and not k.early for k in self.kinds.values())
+
+    def raise_bugs(self) -> None:
+        """A watch task that ended by anything but a KubeError is a bug: raise it here."""
+        for k in self.kinds.values():
+            if k.watch is not None and k.watch.done() and not k.watch.cancelled():
+                k.watch.result()
+
+    async def run(self, reason: str, until: float) -> StopReport:
+        try:
+            roots = [k for k in self.kinds.values() if k.res not in MADE_BY]
+            await asyncio.gather(*(self.list_kind(k) for k in roots))
+            trainjobs = [f for f in self.seen.values() if f.res is TRAINJOB]
+            await asyncio.gather(*(record_reason(self.kube, f.obj, reason) for f in trainjobs))
+            while True:
+                self.raise_bugs()
+                now = self.loop.time()
+                for k in self.kinds.values():
+                    if k.early and all(self.gone(m) for m in MADE_BY.get(k.res, ())):
+                        k.current = False  # listed while its makers went: list it again
+                todo = [k for k in self.kinds.values()
+                        if not k.current and now >= k.retry_at and self.may_list(k)]
+                if todo:
+                    await asyncio.gather(*(self.list_kind(k) for k in todo))
+                    continue
+                deletes = self.due_deletes(now)
+                if deletes:
+                    # Owners first (the kinds' order), so the garbage collector does the rest.
+                    for f in deletes:
+                        await self.delete(f)
+                    continue
+                releases = self.due_releases(now)
+                if releases:
+                    await asyncio.gather(*(self.release(f) for f in releases))
+                    continue
+                if self.done() or now >= until:
+                    break
+                self._forget_gone()
+                wake = min([until, *self.due.values(), *self.release_at.values(),
+                            *(k.retry_at for k in self.kinds.values() if k.failure)])
+                self.changed.clear()  # no await since the checks above: no wake-up is lost
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, wake - now)):
+                        await self.changed.wait()
+        finally:
+            await cancel_all([k.watch for k in self.kinds.values() if k.watch is not None])
+        if not self.done():
+            # Time is up: list what is not current, so the report names what is still there.
+            await asyncio.gather(*(self.list_kind(k, watch=False)
+                                   for k in self.kinds.values() if not k.current))
+        return self.report()
+
+    def report(self) -> StopReport:
+        present = {uid for k in self.kinds.values() for uid in k.live}
+        pods_left = list(self.kinds[POD].live.values()) if POD in self.kinds else []
+        unreadable = {k.res for k in self.kinds.values() if not k.current}
+        stopped: list[ObjectRef] = []
+        alive: list[ObjectRef] = []
+        unproven: list[ObjectRef] = []
+        for uid, f in self.seen.items():
+            if uid in present or (f.res is not POD and _has_pods_beneath(f, pods_left)):
+                alive.append(f.ref)
+            elif f.res in unreadable or (f.res is not POD and POD in unreadable):
+                unproven.append(f.ref)
+            else:
+                stopped.append(f.ref)
+        return StopReport(tuple(sorted(stopped, key=_key)), tuple(sorted(alive, key=_key)),
+                          tuple(sorted(unproven, key=_key)))
 
 
-def _report(seen: Mapping[str, Found], last: Findings) -> StopReport:
-    present = {f.uid for f in last.found}
-    pods_left = [f for f in last.found if f.res is POD]
-    unreadable = set(last.unreadable)
-    stopped: list[ObjectRef] = []
-    alive: list[ObjectRef] = []
-    unproven: list[ObjectRef] = []
-    for uid, f in seen.items():
-        if uid in present or (f.res is not POD and _has_pods_beneath(f, pods_left)):
-            alive.append(f.ref)
-        elif f.res in unreadable or (f.res is not POD and POD in unreadable):
-            unproven.append(f.ref)
-        else:
-            stopped.append(f.ref)
-    return StopReport(tuple(sorted(stopped, key=_key)), tuple(sorted(alive, key=_key)),
-                      tuple(sorted(unproven, key=_key)))
+async def stop_job(kube: KubeAPI, namespace: str, job: JobID, reason: str, *,
+                   kinds: Sequence[Resource], limit: timedelta,
+                   shared: Informers | None = None,
+                   feeds: Sequence[Feed] = ()) -> StopReport:
+    """Delete everything of ``job`` of the ``kinds`` (the mode's); see the module docstring.
+
+    ``shared`` and ``feeds`` (the mode's, a Backend's): a feed of Workloads there serves
+    the orphan scan from the shared informer instead of a list of the whole namespace.
+    """
+    seconds = limit.total_seconds()
+    until = asyncio.get_running_loop().time() + seconds
+    scan = next((f for f in feeds if f.res is WORKLOAD and f.namespace == namespace
+                 and WORKLOAD in kinds), None)
+    if shared is None or scan is None:
+        return await _Stop(kube, namespace, job, kinds, seconds, None).run(reason, until)
+    # Subscribed for the whole stop, so concurrent stops share the feed's one list and
+    # watch. The key matters not: the scan reads the whole cache.
+    async with shared.watching([(scan, "")]) as view:
+        return await _Stop(kube, namespace, job, kinds, seconds, view).run(reason, until)
+
+
+def _job_owners(m: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A pod's owning Jobs: (name, UID) of each ownerReference of kind Job."""
+    return [(str(o.get("name")), str(o.get("uid"))) for o in m.get("ownerReferences") or []
+            if o.get("kind") == "Job" and str(o.get("apiVersion", "")).startswith("batch/")]
 
 
 def _has_pods_beneath(f: Found, pods: list[Found]) -> bool:
@@ -174,4 +537,3 @@ def _has_pods_beneath(f: Found, pods: list[Found]) -> bool:
 
 def _key(ref: ObjectRef) -> tuple[str, str]:
     return ref.kind, ref.name
-

@@ -8,7 +8,6 @@ are the preflight probe's observation window and the back-off after a failed req
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ async def within(deadline: datetime | None, what: str) -> AsyncIterator[None]:
     if left is not None and left <= 0:
         raise DeadlineExceeded(f"{what}: the deadline had passed before the call started")
     timer = asyncio.timeout(left)
-    at = None if left is None else time.monotonic() + left
+    at = None if left is None else retry.now() + left
     try:
         async with timer:
             with retry.deadline(at):  # requests retry transient failures until then at most

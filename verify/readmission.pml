@@ -25,6 +25,14 @@
  *   TOKENEQ       plan_admission() raises A whenever the recorded token differs from the
  *                 decision's, not only when it is older. Must fail: a stale raise lands
  *                 after a newer admission's, (b) or (c) breaks.
+ *   CACHEDPODS    the pods come from the replica's cache, like the Workload and the
+ *                 TrainJob, instead of a live list. Must fail: a cache that missed the
+ *                 previous execution's pods approves while they are still there.
+ *   LEASECONFIRM  before each write the replica also GETs the Lease and goes on only if
+ *                 it names this replica (the confirms of the protocol before issue 11).
+ *                 Verifies too: the confirms add no safety to the fenced writes.
+ *   NOLEADER      no leadership check at all in the decision: both replicas decide all
+ *                 the time. Verifies too: safety rests on the fences, not on the Lease.
  *   RVCOUNTER     resourceVersions as literal counters (the default stores only the result
  *                 of the one comparison ever made with them; same behaviours, more states).
  *   MAXHOLD=n     how many times the user holds (and may release) the job; default 2.
@@ -68,23 +76,47 @@ byte tok = 0;             /* annotation admission-token, as ev+1 of the admissio
  * RVCOUNTER keeps the numbers themselves (bounded here by 250 writes). */
 #ifdef RVCOUNTER
 byte wl_rv = 1, tj_rv = 1;
-byte wl_seen[2], tj_seen[2];            /* the rv each replica read; 0: none */
+byte wl_seen[2], tj_seen[2];            /* the rv each replica's decision read; 0: none */
 #define WL_WRITE    wl_rv++; assert(wl_rv < 250)
 #define TJ_WRITE    tj_rv++; assert(tj_rv < 250)
 #define WL_READ     wl_seen[me] = wl_rv
 #define TJ_READ     tj_seen[me] = tj_rv
+#define TJ_OLDER    tj_seen[me] = 0
 #define WL_SAME     (wl_seen[me] == wl_rv)
 #define TJ_SAME     (tj_seen[me] == tj_rv)
 #define FORGET_RV   wl_seen[me] = 0; tj_seen[me] = 0
 #else
-bool wl_same[2], tj_same[2];            /* nothing wrote the object since this replica read */
+bool wl_same[2], tj_same[2];            /* nothing wrote the object since the version this
+                                           replica's decision read */
 #define WL_WRITE    wl_same[0] = false; wl_same[1] = false
 #define TJ_WRITE    tj_same[0] = false; tj_same[1] = false
 #define WL_READ     wl_same[me] = true
 #define TJ_READ     tj_same[me] = true
+#define TJ_OLDER    tj_same[me] = false
 #define WL_SAME     wl_same[me]
 #define TJ_SAME     tj_same[me]
 #define FORGET_RV   wl_same[me] = false; tj_same[me] = false
+#endif
+
+/* --- each replica's caches: kopf's indexes (admission/intake.py) --------------------
+ * A watch delivers versions in order, late by any amount, so a cache holds some version
+ * that was current at some moment in the past. The decision reads the Workload and the
+ * TrainJob from there.
+ * - The Workload is the decision's first read: a version that was current at some
+ *   earlier moment, read from the cache now, is to everything after it the same as a
+ *   GET at that moment followed by a stall until now. READ_WL is that GET; the stall is
+ *   any interleaving.
+ * - The TrainJob is read after the pods are listed, but its cached version may be older
+ *   than the list and than the Workload's version. READ_TJ reads either the current
+ *   version or an older one: being older, it fails the rv precondition of RAISE, and its
+ *   token is one the TrainJob had, so not higher than the current one (RAISE only ever
+ *   writes a higher token, under the TrainJob's rv). Any such token may be read. That
+ *   is more than a cache can hold (a cache is per replica and moves forward), which is
+ *   safe: a property that holds with more behaviours holds with fewer.
+ * CACHEDPODS: a cache of the pod count too, exact (the last count it took), so that a
+ * counterexample found with it is one a real cache can produce. */
+#ifdef CACHEDPODS
+byte c_npods[2];
 #endif
 
 /* --- pods, and the bookkeeping of the properties ------------------------------------- */
@@ -99,13 +131,13 @@ byte holds = 0;
 
 /* --- one replica: its leader elector and its decision (Readmission._act) ------------- */
 #define IDLE      0       /* waiting for an event */
-#define READ_WL   1       /* reconcile() saw it lead: GET the Workload, decide() */
+#define READ_WL   1       /* reconcile() saw it lead: the Workload from the cache, decide() */
 #define LIST      2       /* list the job's pods, live, terminating ones included */
 #define WAIT      3       /* pods left: apply the check Pending, "waiting for N pods" */
-#define READ_TJ   4       /* none left: GET the TrainJob, plan_admission() (token rule) */
-#define CONFIRM1  5       /* confirm the lease before raising A */
+#define READ_TJ   4       /* none left: the TrainJob from the cache, plan_admission() */
+#define CONFIRM1  5       /* is_leader() before raising A (LEASECONFIRM: and GET the Lease) */
 #define RAISE     6       /* merge patch A+1 and the token, TrainJob rv as precondition */
-#define CONFIRM2  7       /* confirm the lease before approving */
+#define CONFIRM2  7       /* is_leader() before approving (LEASECONFIRM: and GET the Lease) */
 #define APPROVE   8       /* apply the check Ready, fenced by the Workload rv read */
 
 /* decide(): the check is Pending, the Workload active, its quota reserved and (the
@@ -119,8 +151,19 @@ byte holds = 0;
 /* the decision is over, or lost with the process: forget what it read */
 #define FORGET    pc = IDLE; ev_r = 0; msg_r = 0; pods_r = 0; FORGET_RV
 
-/* confirm(): is_leader() and a GET of the Lease that names this replica */
+/* The leadership check before a write: is_leader(), the elector's own state, no request.
+ * LEASECONFIRM: confirm(), is_leader() and a GET of the Lease that names this replica.
+ * NOLEADER: none, and a decision starts whether the replica leads or not. */
+#if defined(NOLEADER)
+#define CONFIRMED true
+#define MAYDECIDE true
+#elif defined(LEASECONFIRM)
 #define CONFIRMED (leading[me] && holder == me)
+#define MAYDECIDE leading[me]
+#else
+#define CONFIRMED leading[me]
+#define MAYDECIDE leading[me]
+#endif
 
 proctype Replica(byte me) {
   byte pc = IDLE;
@@ -135,16 +178,25 @@ proctype Replica(byte me) {
                 printf("MSC: r%d acquires the lease\n", me) }
   :: d_step { holder != me && leading[me] -> leading[me] = false }      /* sees another */
 
+#ifdef CACHEDPODS
+  /* The pods' watch: the cache takes the current count. */
+  :: d_step { c_npods[me] = npods }
+#endif
+
   /* One decision. */
-  :: d_step { pc == IDLE && leading[me] -> pc = READ_WL }
+  :: d_step { pc == IDLE && MAYDECIDE -> pc = READ_WL }
   :: d_step { pc == READ_WL ->
                 if
                 :: OURS -> WL_READ; ev_r = ev; msg_r = msg; pc = LIST;
-                     printf("MSC: r%d reads the Workload: check Pending, quota reserved, %d evictions\n", me, ev)
+                     printf("MSC: r%d reads the Workload from its cache: check Pending, quota reserved, %d evictions\n", me, ev)
                 :: else -> FORGET                                   /* idle */
                 fi }
   :: d_step { pc == LIST ->
+#ifdef CACHEDPODS
+                pods_r = c_npods[me];
+#else
                 pods_r = npods;
+#endif
                 if
                 :: pods_r > 0 && msg_r != pods_r -> pc = WAIT;
                      printf("MSC: r%d lists %d pods\n", me, pods_r)
@@ -156,24 +208,33 @@ proctype Replica(byte me) {
                 ready = false; msg = pods_r; WL_WRITE;
                 printf("MSC: r%d writes the check Pending: waiting for %d pods\n", me, pods_r);
                 FORGET }
+  /* The TrainJob from the cache, the current version: plan_admission() */
   :: d_step { pc == READ_TJ ->
                 TJ_READ;
                 if
                 :: tok == ev_r + 1 -> pc = CONFIRM2;    /* this admission raised A already */
-                     printf("MSC: r%d reads the TrainJob: A = %d, raised for this admission\n", me, A)
+                     printf("MSC: r%d reads the TrainJob from its cache: A = %d, raised for this admission\n", me, A)
 #ifdef TOKENEQ
                 :: tok != ev_r + 1 -> pc = CONFIRM1;
-                     printf("MSC: r%d reads the TrainJob: A = %d, token of another admission\n", me, A)
+                     printf("MSC: r%d reads the TrainJob from its cache: A = %d, token of another admission\n", me, A)
 #else
                 :: tok < ev_r + 1 -> pc = CONFIRM1;     /* an older admission raised it */
-                     printf("MSC: r%d reads the TrainJob: A = %d, not raised for this admission\n", me, A)
+                     printf("MSC: r%d reads the TrainJob from its cache: A = %d, not raised for this admission\n", me, A)
                 :: tok > ev_r + 1 -> FORGET;            /* a newer one did: our read is old */
-                     printf("MSC: r%d reads the TrainJob: raised for a newer admission\n", me)
+                     printf("MSC: r%d reads the TrainJob from its cache: raised for a newer admission\n", me)
 #endif
                 fi }
+  /* ...or an older version, which fails the rv precondition of RAISE. Its token is one the
+   * TrainJob had: this admission's only if the current one is this admission's or newer
+   * (tokens only rise), else an older admission's (a newer one's would end the decision,
+   * as above). */
+  :: d_step { pc == READ_TJ && tok >= ev_r + 1 -> TJ_OLDER; pc = CONFIRM2;
+                printf("MSC: r%d reads an older TrainJob from its cache: raised for this admission\n", me) }
+  :: d_step { pc == READ_TJ -> TJ_OLDER; pc = CONFIRM1;
+                printf("MSC: r%d reads an older TrainJob from its cache: not raised for this admission\n", me) }
   :: d_step { pc == CONFIRM1 ->
                 if
-                :: CONFIRMED -> pc = RAISE; printf("MSC: r%d confirms the lease\n", me)
+                :: CONFIRMED -> pc = RAISE; printf("MSC: r%d leads, by its own state\n", me)
                 :: else -> FORGET
                 fi }
   :: d_step { pc == RAISE ->
@@ -189,7 +250,7 @@ proctype Replica(byte me) {
                 fi }
   :: d_step { pc == CONFIRM2 ->
                 if
-                :: CONFIRMED -> pc = APPROVE; printf("MSC: r%d confirms the lease\n", me)
+                :: CONFIRMED -> pc = APPROVE; printf("MSC: r%d leads, by its own state\n", me)
                 :: else -> FORGET
                 fi }
   :: d_step { pc == APPROVE ->

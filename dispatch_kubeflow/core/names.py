@@ -43,6 +43,8 @@ KIND_TRAINING_RUNTIME: Final = "TrainingRuntime"
 JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ATTEMPT_LABEL: Final = "jobset.sigs.k8s.io/restart-attempt"
 COMPLETION_INDEX_LABEL: Final = "batch.kubernetes.io/job-completion-index"
+JOB_TRACKING_FINALIZER: Final = "batch.kubernetes.io/job-tracking"
+"""The Job controller's finalizer on each pod it counts; it removes it once counted."""
 TRAINER_CONTAINER: Final = "node"
 
 # --- dispatch labels (TrainJob, runtime copy, JobSet template, pods) --------------------

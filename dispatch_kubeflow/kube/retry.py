@@ -20,9 +20,9 @@ What is safe to send again:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
-import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 
@@ -31,7 +31,7 @@ import aiohttp
 from dispatch_kubeflow.core import errors
 
 _DEADLINE: ContextVar[float | None] = ContextVar("dispatch_kubeflow_deadline", default=None)
-"""The caller's deadline on the ``time.monotonic()`` clock (None: none set)."""
+"""The caller's deadline on the running loop's clock, :func:`now` (None: none set)."""
 
 FIRST, MAX = 0.2, 3.0
 """The backoff: 0.2 s, doubling, at most 3 s between tries (each jittered by ±20 %)."""
@@ -39,9 +39,15 @@ MARGIN = 0.5
 """A retry is not started less than this before the deadline: the error surfaces first."""
 
 
+def now() -> float:
+    """The clock of deadlines and back-offs: the running loop's, which its timers and
+    sleeps keep too (monotonic; a test's loop may skip its waits)."""
+    return asyncio.get_running_loop().time()
+
+
 @contextlib.contextmanager
 def deadline(at: float | None) -> Iterator[None]:
-    """Requests inside the block retry transient failures until ``at`` (monotonic) at most;
+    """Requests inside the block retry transient failures until ``at`` (:func:`now`) at most;
     an enclosing, earlier deadline stays in force."""
     outer = _DEADLINE.get()
     token = _DEADLINE.set(at if outer is None or (at is not None and at < outer) else outer)
@@ -68,7 +74,7 @@ class Backoff:
     def __init__(self, window: float) -> None:
         caller = _DEADLINE.get()
         # The window bounds every request; a caller's deadline can only make it shorter.
-        own = time.monotonic() + window
+        own = now() + window
         self.until = own if caller is None else min(own, caller)
         self.delay = FIRST
         self.tries = 1
@@ -78,7 +84,7 @@ class Backoff:
         wait = self.delay * random.uniform(0.8, 1.2)
         if exc.status == 429:
             wait = max(wait, float(exc.retry_after or 0))
-        if time.monotonic() + wait > self.until - MARGIN:
+        if now() + wait > self.until - MARGIN:
             return None
         self.delay = min(self.delay * 2, MAX)
         self.tries += 1

@@ -28,12 +28,9 @@ import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client import rest as k8s_rest
 
 from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.kube import retry
@@ -103,6 +100,12 @@ def require_kubeconfig(kubeconfig: str | None) -> None:
             field="cluster.kubeconfig")
 
 
+if TYPE_CHECKING:
+    # Imported where a connection is made, not with this module: the client package loads
+    # every API model (half a second), which code that never connects need not pay.
+    from kubernetes_asyncio import client as k8s_client
+
+
 class Kube:
     """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
 
@@ -135,6 +138,9 @@ class Kube:
         A SettingsError names the settings field at fault: ``cluster.kubeconfig`` (no such
         file, or one that does not load), ``cluster.inCluster`` (no service account here).
         """
+        from kubernetes_asyncio import client as k8s_client
+        from kubernetes_asyncio import config as k8s_config
+
         cfg = k8s_client.Configuration()
         if in_cluster:
             try:
@@ -169,6 +175,8 @@ class Kube:
         """The client of long-lived streams: same TLS, auth and proxy, no connection limit
         (``maxsize=0``), so a stream never waits for another one to end."""
         if self._streams is None:
+            from kubernetes_asyncio.client import rest as k8s_rest
+
             self._streams = k8s_rest.RESTClientObject(self._api.configuration, maxsize=0)
         return self._streams
 

@@ -1,6 +1,6 @@
 """The ``admission`` fixture: the admission controller the tests run against.
 
-Registered as a pytest plugin by tests/conftest.py. ``await admission.deployed()`` is the
+Its fixtures are imported by tests/cluster/conftest.py. ``await admission.deployed()`` is the
 default: the controller as users deploy it, the Deployment ``dispatch-system/dispatch-admission``
 that deploy/local/up.sh rolls out (two replicas on the control-plane node, webhook behind its
 Service). Tests that inject faults at a precise instant (an env-selected crash point, a

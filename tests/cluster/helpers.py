@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +43,18 @@ def why_not_local(kubeconfig: str, name: str) -> str:
     if os.geteuid() != 0:
         return "the local cluster's tools need root"
     return ""
+
+
+@contextlib.contextmanager
+def controller_manager_paused(name: str) -> Iterator[None]:
+    """The local cluster ``name``'s kube-controller-manager stopped (SIGSTOP) for the block,
+    and continued after it whatever happened: no garbage collector, no Job controller."""
+    pid = int((STATE_ROOT / name / "pids" / "kube-controller-manager").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str,

@@ -146,10 +146,19 @@ async def set_active(kube: Kube, ns: str, wl: Obj, active: bool) -> None:
     await kube.patch(r.WORKLOAD, wl["metadata"]["name"], {"spec": {"active": active}}, ns)
 
 
-async def raised_events(kube: Kube, ns: str, tj: str) -> int:
-    items, _ = await kube.list(r.EVENT, ns)
-    return sum(1 for e in items if e.get("reason") == "AdmissionCountRaised"
-               and (e.get("regarding") or {}).get("name") == tj)
+async def raised_events(kube: Kube, ns: str, tj: str, want: int = 0,
+                        limit: float = 15.0) -> int:
+    """The AdmissionCountRaised Events on the TrainJob. The controller records them in the
+    background after its writes, so one may trail the check's Ready: with `want`, this waits
+    up to `limit` seconds for that many to arrive, then returns the count (more is a double)."""
+    deadline = time.monotonic() + limit
+    while True:
+        items, _ = await kube.list(r.EVENT, ns)
+        count = sum(1 for e in items if e.get("reason") == "AdmissionCountRaised"
+                    and (e.get("regarding") or {}).get("name") == tj)
+        if count >= want or time.monotonic() >= deadline:
+            return count
+        await asyncio.sleep(0.2)
 
 
 # A command that prints its identity, then ignores TERM for a few seconds before exiting, so
@@ -196,6 +205,8 @@ async def test_a_rises_once_per_admission_and_waits_for_terminating_pods(
             if check_state(w).get("state") == "Ready":
                 ready_at = time.monotonic()
                 assert not old, "check Ready while an old pod still exists"
+                # Both in one look (the list, then the Workload): the pods went first.
+                gone_at = gone_at or ready_at
             elif not old and not gone_at:
                 gone_at = time.monotonic()
             await asyncio.sleep(0.05)
@@ -207,7 +218,7 @@ async def test_a_rises_once_per_admission_and_waits_for_terminating_pods(
         env = env_of(await pod_log(kube, ns, pods[0]["metadata"]["name"]))
         assert env["DISPATCH_ATTEMPT"] == f"{job_id}.1.1.2.0"
         assert env["DISPATCH_EPOCH"] == "1000002"
-        assert await raised_events(kube, ns, tj) == 2
+        assert await raised_events(kube, ns, tj, want=2) == 2
     finally:
         await kube.delete(r.TRAINJOB, tj, ns)
 
@@ -271,10 +282,15 @@ async def test_standby_takes_over_within_lease_duration_and_nothing_is_approved_
     assert after["spec"]["leaseTransitions"] == before["spec"]["leaseTransitions"] + 1
     assert after["spec"]["renewTime"].endswith("Z")
     assert len(after["spec"]["renewTime"].split(".")[1]) == 7  # six digits and Z
-    for _, tj in jobs:
+    for i, (_, tj) in enumerate(jobs):
         await wait_ready(kube, ns, tj)
         assert await admission_count(kube, ns, tj) == 1
-        assert await raised_events(kube, ns, tj) == 1
+        if i < 2:
+            # The killed leader may have raised A and died before its Event was recorded
+            # (Events are best effort, after the writes); A == 1 above is the proof.
+            assert await raised_events(kube, ns, tj, want=1, limit=5) <= 1
+        else:
+            assert await raised_events(kube, ns, tj, want=1) == 1
 
 
 def _pod(ns: str, labels: dict[str, str]) -> Obj:
@@ -474,8 +490,9 @@ VERY_SLOW_TERM = ("env | grep ^DISPATCH_ | sort; echo ready; "
 
 async def frozen_leader_scenario(kube: Kube, ns: str, admission: AdmissionHandle,
                                  faults: str) -> tuple[list[str], list[int], int]:
-    """Freeze the leader after confirm(), let the standby approve, run, hold and release the
-    job, resume the frozen leader while the old pods still terminate; return the verdicts."""
+    """Freeze the leader after its last leadership check, let the standby approve, run, hold
+    and release the job, resume the frozen leader while the old pods still terminate; return
+    the verdicts."""
     # The frozen replica listens for the webhook elsewhere: a stopped process's socket would
     # still take its share of the webhook's connections and stall pod creation.
     frozen = admission.start(env={"DISPATCH_ADMISSION_FAULT": faults},

@@ -266,7 +266,7 @@ async def test_controller_works_with_only_its_rbac(
             pods = await wait_running_pods(kube, queued_ns, tj, 1, "ready")
             env = env_of(await pod_log(kube, queued_ns, pods[0]["metadata"]["name"]))
             assert env["DISPATCH_ATTEMPT"] == f"{job_id}.1.1.1.0", env
-            assert await raised_events(kube, queued_ns, tj) == 1
+            assert await raised_events(kube, queued_ns, tj, want=1) == 1
         finally:
             await kube.delete(r.TRAINJOB, tj, queued_ns)
 

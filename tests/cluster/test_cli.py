@@ -74,18 +74,28 @@ async def ns(kube: Kube, namespace: str) -> AsyncIterator[str]:
         await delete_cluster_queue(kube, namespace)
 
 
+def cli_settings(kubeconfig: str, ns: str) -> dict[str, Any]:
+    """The Kueue tests' settings, with the start-gate probe's bound at 60 s. The probe ends
+    as soon as Kueue reports it gated (about a second); the bound only matters when Kueue is
+    slow, as right after the fault suite's runs, which may have restarted the API server
+    under it (CI once saw no Workload for the probe within 5 s there)."""
+    s = settings(kubeconfig, ns)
+    s["timeouts"]["preflightProbe"] = "60s"
+    return s
+
+
 @pytest_asyncio.fixture
 async def lib(kubeconfig: str, ns: str, admission: Any, kube: Kube) -> AsyncIterator[Backend]:
     """The library, beside the plugin, with the admission controller running."""
     await admission.deployed(kube)
-    async with await Backend.connect(settings(kubeconfig, ns)) as b:
+    async with await Backend.connect(cli_settings(kubeconfig, ns)) as b:
         yield b
 
 
 @pytest.fixture
 def settings_file(lib: Backend, kubeconfig: str, ns: str, tmp_path: Path) -> Path:
     path = tmp_path / "settings.json"
-    path.write_text(json.dumps(settings(kubeconfig, ns)))
+    path.write_text(json.dumps(cli_settings(kubeconfig, ns)))
     return path
 
 

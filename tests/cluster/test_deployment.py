@@ -168,7 +168,7 @@ async def test_deleting_the_leader_pod_moves_the_lease_and_nothing_goes_unidenti
     assert not unidentified, f"pods created without their identity: {unidentified[:2]}"
     assert outcomes["identified"] > 0, outcomes
     assert await admission_count(kube, ns, tj1) == 1, dump_logs(admission)
-    assert await raised_events(kube, ns, tj1) == 1
+    assert await raised_events(kube, ns, tj1, want=1) == 1
     print(f"lease moved {leader} -> {holder} in {took:.2f}s; pods during failover: {outcomes}")
 
 
@@ -231,7 +231,7 @@ async def test_a_rolling_restart_while_held_and_released_runs_no_execution_twice
         await asyncio.gather(watcher, return_exceptions=True)
     assert not overlaps, overlaps
     assert set(live.values()) == {2}, live
-    assert await raised_events(kube, ns, tj) == 2
+    assert await raised_events(kube, ns, tj, want=2) == 2
 
 
 async def test_metrics_health_through_the_service_and_json_logs(
@@ -322,5 +322,5 @@ async def test_a_cut_off_worker_holds_back_the_next_execution_until_it_heals(
     await eventually(raised, 120, "A raised to 2 once the old pod is gone")
     [again] = await wait_running_pods(kube, ns, tj, 1, "ready")
     assert again["metadata"]["name"] != pod["metadata"]["name"]
-    assert await raised_events(kube, ns, tj) == 2
+    assert await raised_events(kube, ns, tj, want=2) == 2
     assert await workload(kube, ns, tj) is not None

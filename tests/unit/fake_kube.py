@@ -26,7 +26,10 @@ takes effect, so concurrent callers interleave differently with each seed.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import builtins
+import functools
+import pickle
 import random
 import uuid
 from collections import Counter
@@ -48,13 +51,10 @@ _GROUP = Resource("", "", "apigroups", "APIGroup", namespaced=False)  # for the 
 
 
 def clone(v: T) -> T:
-    """A deep copy of a JSON value (what every object here is), three times faster than
-    copy.deepcopy, which the fake would otherwise spend most of its time in."""
-    if isinstance(v, dict):
-        return cast(T, {k: clone(x) for k, x in v.items()})
-    if isinstance(v, list):
-        return cast(T, [clone(x) for x in v])
-    return v
+    """A deep copy of a JSON value (what every object here is). pickle copies in C: twice as
+    fast as a recursive copy and six times copy.deepcopy, which the fake would otherwise
+    spend most of its time in."""
+    return cast(T, pickle.loads(pickle.dumps(v, pickle.HIGHEST_PROTOCOL)))
 
 
 # --- errors, as the API server's Status ---------------------------------------------------
@@ -89,7 +89,8 @@ STALE = ("the object has been modified; please apply your changes to the latest 
 
 
 # --- selectors ----------------------------------------------------------------------------
-def _split_terms(selector: str) -> list[str]:
+@functools.lru_cache(maxsize=512)
+def _split_terms(selector: str) -> tuple[str, ...]:
     """Split at commas outside parentheses (``a in (x,y),b``)."""
     terms, depth, cur = [], 0, ""
     for ch in selector:
@@ -100,35 +101,50 @@ def _split_terms(selector: str) -> list[str]:
         else:
             cur += ch
     terms.append(cur)
-    return [t.strip() for t in terms if t.strip()]
+    return tuple(t.strip() for t in terms if t.strip())
+
+
+# One selector is matched against every object of a list and every change a watch sees:
+# parsed once, the fake spends its time on the objects rather than on the selector's text.
+_Term = tuple[str, str, frozenset[str]]  # (op, key, values): op in in, notin, =, !=, has, !has
+
+
+@functools.lru_cache(maxsize=512)
+def _label_terms(selector: str) -> tuple[_Term, ...]:
+    terms: builtins.list[_Term] = []
+    for term in _split_terms(selector):
+        for op in (" notin ", " in "):
+            if op in term:
+                k, _, vals = term.partition(op)
+                allowed = frozenset(v.strip() for v in vals.strip().strip("()").split(","))
+                terms.append((op.strip(), k.strip(), allowed))
+                break
+        else:
+            if "!=" in term:
+                k, _, v = term.partition("!=")
+                terms.append(("!=", k.strip(), frozenset({v.strip()})))
+            elif "=" in term:
+                k, _, v = term.replace("==", "=").partition("=")
+                terms.append(("=", k.strip(), frozenset({v.strip()})))
+            elif term.startswith("!"):
+                terms.append(("!has", term[1:].strip(), frozenset()))
+            else:
+                terms.append(("has", term, frozenset()))
+    return tuple(terms)
 
 
 def label_matches(selector: str | None, labels: dict[str, str]) -> bool:
     """Kubernetes label selector syntax: ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``,
     ``k in (a,b)``, ``k notin (a,b)``; terms ANDed."""
-    for term in _split_terms(selector or ""):
-        for op in (" notin ", " in "):
-            if op in term:
-                k, _, vals = term.partition(op)
-                allowed = {v.strip() for v in vals.strip().strip("()").split(",")}
-                inside = labels.get(k.strip()) in allowed
-                if inside != (op == " in "):
-                    return False
-                break
-        else:
-            if "!=" in term:
-                k, _, v = term.partition("!=")
-                if labels.get(k.strip()) == v.strip():
-                    return False
-            elif "=" in term:
-                k, _, v = term.replace("==", "=").partition("=")
-                if labels.get(k.strip()) != v.strip():
-                    return False
-            elif term.startswith("!"):
-                if term[1:].strip() in labels:
-                    return False
-            elif term not in labels:
+    for op, k, values in _label_terms(selector or ""):
+        if op in ("in", "="):
+            if labels.get(k) not in values:
                 return False
+        elif op in ("notin", "!="):
+            if labels.get(k) in values:
+                return False
+        elif (k in labels) != (op == "has"):
+            return False
     return True
 
 
@@ -272,6 +288,8 @@ class FakeKube:
         self.logs: dict[tuple[str, str, str | None], builtins.list[bytes]] = {}
         """(namespace, pod, stream or None) -> the log's chunks."""
         self.changes: builtins.list[_Change] = []
+        self._changes_of: dict[str, builtins.list[_Change]] = {}
+        """The same history by plural, in rv order: a watch reads only its kind's."""
         self.compacted = 0
         """Watches from a resourceVersion below this are 410 Expired."""
         self._generation = 0  # end_watches bumps it: open watches end
@@ -283,6 +301,7 @@ class FakeKube:
         """Forget the history so far, as etcd's compaction does."""
         self.compacted = self.rv
         self.changes.clear()
+        self._changes_of.clear()
 
     def end_watches(self) -> None:
         """End every open watch, as the API server does at a watch's timeout."""
@@ -323,7 +342,9 @@ class FakeKube:
     def _record(self, typ: str, key: Key, obj: Obj, before: Obj | None) -> None:
         # No copies: a stored object is never changed in place (every write stores a new
         # dict), so the history may share them; callers only ever get copies.
-        self.changes.append(_Change(self.rv, typ, key, obj, before))
+        change = _Change(self.rv, typ, key, obj, before)
+        self.changes.append(change)
+        self._changes_of.setdefault(key[0], []).append(change)
         self._notify()
 
     def _bump(self, obj: Obj) -> None:
@@ -397,9 +418,9 @@ class FakeKube:
                    label_selector: str | None = None,
                    field_selector: str | None = None) -> tuple[builtins.list[Obj], str]:
         await self._enter("list", res, "")
-        items = [clone(o) for (plural, _, _), o in sorted(self.objects.items())
-                 if plural == res.plural
-                 and self._selected(res, namespace, o, label_selector, field_selector)]
+        items = [clone(o) for k, o in sorted(kv for kv in self.objects.items()
+                                             if kv[0][0] == res.plural)
+                 if self._selected(res, namespace, o, label_selector, field_selector)]
         rv = str(self.rv)
         await self._yield()
         return items, rv
@@ -527,9 +548,8 @@ class FakeKube:
         generation = self._generation
         if resource_version in ("", "0"):
             # "Any version": the current state first, as synthetic ADDED events.
-            for key, obj in sorted(self.objects.items()):
-                if key[0] == res.plural and self._selected(res, namespace, obj,
-                                                           label_selector, field_selector):
+            for _, obj in sorted(kv for kv in self.objects.items() if kv[0][0] == res.plural):
+                if self._selected(res, namespace, obj, label_selector, field_selector):
                     yield WatchEvent("ADDED", clone(obj))
             after = self.rv
         else:
@@ -542,7 +562,8 @@ class FakeKube:
             if after < self.compacted:  # fell behind a compaction while open
                 raise status_error(410, "Expired", f"too old resource version: {after} "
                                    f"({self.compacted})")
-            pending = [c for c in self.changes if c.rv > after and c.key[0] == res.plural]
+            of_kind = self._changes_of.get(res.plural, [])
+            pending = of_kind[bisect.bisect_right(of_kind, after, key=lambda c: c.rv):]
             for c in pending:
                 after = c.rv
                 now_in = c.type != "DELETED" and self._selected(
@@ -563,7 +584,10 @@ class FakeKube:
             if left <= 0:
                 return
             try:
-                await asyncio.wait_for(self._wake.wait(), left)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation
+                # that lands as the event is set, and a cancelled watch would then go on.
+                async with asyncio.timeout(left):
+                    await self._wake.wait()
             except TimeoutError:
                 return
 

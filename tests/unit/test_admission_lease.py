@@ -18,6 +18,8 @@ from admission.lease import (
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core.times import format_microtime
 
+pytestmark = pytest.mark.virtual_time
+
 T0 = datetime(2026, 3, 4, 5, 6, 7, 890, tzinfo=UTC)
 
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib
 import json
 import logging
 import socket
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-import kopf
 import pytest
 import yaml
 
-from admission import intake, operator, tls
+from admission import intake, tls
 from admission.app import Config, Controller
 from admission.observability import JsonFormatter
 from dispatch_kubeflow.core import errors, names
@@ -22,8 +23,21 @@ from dispatch_kubeflow.core import errors, names
 Obj = dict[str, Any]
 
 
+# kopf and admission.operator (which imports it) are imported by the tests that use them,
+# not when the suite is collected: kopf loads kubernetes_asyncio too, about 1.5 s of every
+# test process's start, and the suite's other tests need neither.
+@pytest.fixture(scope="module")
+def kopf() -> ModuleType:
+    return importlib.import_module("kopf")
+
+
+@pytest.fixture(scope="module")
+def operator(kopf: ModuleType) -> ModuleType:
+    return importlib.import_module("admission.operator")
+
+
 # --- settings and registry: kopf may write nothing ----------------------------------------
-def test_settings_make_kopf_inert() -> None:
+def test_settings_make_kopf_inert(operator: ModuleType) -> None:
     s = operator.settings()
     assert s.posting.enabled is False
     assert s.peering.standalone is True
@@ -31,34 +45,37 @@ def test_settings_make_kopf_inert() -> None:
     assert not s.persistence.finalizer.startswith("kopf.zalando.org")
     assert isinstance(s.persistence.progress_storage, operator.NoProgressStorage)
     assert isinstance(s.persistence.diffbase_storage, operator.NoDiffBaseStorage)
-    assert list(s.watching.label_selectors.values()) == [names.JOBSET_NAME_LABEL]
+    # Server-side selection: only JobSets' pods and dispatch's TrainJobs are sent to us.
+    assert sorted(s.watching.label_selectors.values()) == sorted(
+        [names.JOBSET_NAME_LABEL, names.JOB_ID_LABEL])
     # A watch is back within seconds of the API server, not kopf's default minutes.
     assert s.networking.connect_timeout is not None
     assert s.networking.connect_timeout <= 5
-    assert sum(s.networking.error_backoffs) <= 15  # type: ignore[arg-type]
+    assert sum(s.networking.error_backoffs) <= 15
 
 
-def test_storages_write_nothing_into_a_patch() -> None:
+def test_storages_write_nothing_into_a_patch(kopf: ModuleType, operator: ModuleType) -> None:
     body = kopf.Body({"metadata": {"name": "x", "annotations": {"a": "b"}}})
     patch = kopf.Patch()
     progress = operator.NoProgressStorage()
     progress.store(key="h", record={"started": "now"}, body=body, patch=patch)
     progress.purge(key="h", body=body, patch=patch)
     progress.touch(body=body, patch=patch, value="x")
-    assert progress.fetch(key="h", body=body) is None  # type: ignore[func-returns-value]
+    assert progress.fetch(key="h", body=body) is None
     diffbase = operator.NoDiffBaseStorage()
     diffbase.store(body=body, patch=patch, essence={"spec": {}})
-    assert diffbase.fetch(body=body) is None  # type: ignore[func-returns-value]
+    assert diffbase.fetch(body=body) is None
     assert not patch
 
 
-def _registry() -> kopf.OperatorRegistry:
+def _registry(operator: ModuleType) -> Any:
     controller = Controller(kube=None, config=Config(identity="t"))  # type: ignore[arg-type]
     return operator.registry(controller, operator.Login())
 
 
-def test_registry_has_only_index_event_and_activity_handlers() -> None:
-    reg = _registry()
+def test_registry_has_only_index_event_and_activity_handlers(
+        kopf: ModuleType, operator: ModuleType) -> None:
+    reg = _registry(operator)
     # No change handlers (create/update/delete/resume), daemons, timers or webhooks: nothing
     # that needs a finalizer, progress or diff-base storage on Kueue's or Trainer's objects.
     assert not list(reg._changing.get_all_handlers())
@@ -67,7 +84,7 @@ def test_registry_has_only_index_event_and_activity_handlers() -> None:
     assert {h.id for h in reg._indexing.get_all_handlers()} == set(intake.Caches.INDEXES)
     plurals = {h.selector.plural or h.selector.any_name
                for h in reg._watching.get_all_handlers() if h.selector}
-    assert plurals == {"workloads", "pods", "admissionchecks", "clusterqueues"}
+    assert plurals == {"workloads", "trainjobs", "pods", "admissionchecks", "clusterqueues"}
     assert {h.id for h in reg._activities.get_all_handlers()} == {"login", "start", "stop"}
     # The default registry stays empty: several controllers can live in one process.
     assert not list(kopf.get_default_registry()._indexing.get_all_handlers())
@@ -91,7 +108,7 @@ def _kubeconfig(tmp_path: Path, user: Obj) -> Path:
     return path
 
 
-def test_login_uses_embedded_client_certificate(tmp_path: Path) -> None:
+def test_login_uses_embedded_client_certificate(tmp_path: Path, operator: ModuleType) -> None:
     material = tls.generate(["admin"])
     path = _kubeconfig(tmp_path, {
         "client-certificate-data": base64.b64encode(material.cert).decode(),
@@ -106,14 +123,15 @@ def test_login_uses_embedded_client_certificate(tmp_path: Path) -> None:
     info.as_ssl_context()  # kopf can build its TLS context from it
 
 
-def test_login_uses_a_bearer_token(tmp_path: Path) -> None:
+def test_login_uses_a_bearer_token(tmp_path: Path, operator: ModuleType) -> None:
     path = _kubeconfig(tmp_path, {"token": "s3cret"})
     info = asyncio.run(operator.Login(kubeconfig=str(path)).connection_info())
     assert (info.scheme, info.token) == ("Bearer", "s3cret")
     assert info.as_http_headers() == {"Authorization": "Bearer s3cret"}
 
 
-def test_login_fails_clearly_on_a_missing_context(tmp_path: Path) -> None:
+def test_login_fails_clearly_on_a_missing_context(
+        tmp_path: Path, kopf: ModuleType, operator: ModuleType) -> None:
     path = _kubeconfig(tmp_path, {"token": "t"})
     with pytest.raises(kopf.LoginError, match="nope"):
         asyncio.run(operator.Login(kubeconfig=str(path), context="nope").connection_info())
@@ -137,6 +155,8 @@ def test_index_functions() -> None:
     assert intake.index_workload(_wl("w")) == {("ns", "w"): _wl("w")}
     assert intake.index_workload_by_job(_wl("w")) == {("ns", "tj"): "w"}
     assert intake.index_workload_by_job(_wl("w", tj=None)) == {}
+    tj = {"metadata": {"name": "tj", "namespace": "ns"}}
+    assert intake.index_trainjob(tj) == {("ns", "tj"): tj}
     assert intake.index_pod_by_job(_pod("p", "tj")) == {("ns", "tj"): "p"}
     assert intake.index_pod_by_job(_pod("p", None)) == {}
     ours = {"metadata": {"name": "c"}, "spec": {"controllerName": names.CONTROLLER_NAME}}
@@ -152,6 +172,7 @@ def _caches() -> intake.Caches:
     ours = {"metadata": {"name": "c"}, "spec": {"controllerName": names.CONTROLLER_NAME}}
     c.bind({"workloads": {("ns", "w"): [_wl("w")], ("ns", "v"): [_wl("v-old"), _wl("v")]},
             "workloads_by_job": {("ns", "tj"): ["w", "v"]},
+            "trainjobs": {("ns", "tj"): [{"metadata": {"name": "tj", "uid": "u"}}]},
             "pods_by_job": {("ns", "tj"): ["p1", "p2"]},
             "admission_checks": {"c": [ours]},
             "cluster_queues": {"q": [frozenset({"c"})]}})
@@ -164,6 +185,8 @@ def test_caches_read_kopf_style_indexes() -> None:
     assert c.workload("ns", "nope") is None
     assert {w["metadata"]["name"] for w in c.workloads()} == {"w", "v"}
     assert c.workloads_of_job("ns", "tj") == {"w", "v"}
+    assert c.trainjob("ns", "tj") == {"metadata": {"name": "tj", "uid": "u"}}
+    assert c.trainjob("ns", "nope") is None
     assert c.pods_left("ns", "tj") == 2
     assert c.pods_left("ns", "other") == 0
     assert c.check_names() == frozenset({"c"})
@@ -175,11 +198,13 @@ def test_caches_read_kopf_style_indexes() -> None:
 def test_caches_missing_compares_with_a_live_list() -> None:
     c = _caches()
     live = {"workloads": [_wl("w"), _wl("new")],
+            "trainjobs": [{"metadata": {"name": "tj", "namespace": "ns"}},
+                          {"metadata": {"name": "tk", "namespace": "ns"}}],
             "pods": [_pod("p1", "tj"), _pod("p3", "tj")],
             "admissionchecks": [{"metadata": {"name": "other"}, "spec": {}}],
             "clusterqueues": [{"metadata": {"name": "q"}}, {"metadata": {"name": "r"}}]}
-    assert c.missing(live) == {"workloads": {("ns", "new")}, "pods": {("ns", "p3")},
-                               "clusterqueues": {("", "r")}}
+    assert c.missing(live) == {"workloads": {("ns", "new")}, "trainjobs": {("ns", "tk")},
+                               "pods": {("ns", "p3")}, "clusterqueues": {("", "r")}}
     assert c.missing({}) == {}
 
 
@@ -197,7 +222,7 @@ def test_feed_maps_listing_events_and_survives_a_bad_listener() -> None:
 
 
 # --- kopf's log records through the structured formatter ---------------------------------
-def test_kopf_records_are_json_with_the_object() -> None:
+def test_kopf_records_are_json_with_the_object(operator: ModuleType) -> None:
     rec = logging.LogRecord("kopf.objects", logging.WARNING, __file__, 1, "Handler failed",
                             None, None)
     rec.settings = operator.settings()
@@ -212,7 +237,7 @@ def test_kopf_records_are_json_with_the_object() -> None:
 
 
 def test_kopf_gets_our_identity_and_never_looks_up_the_user(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, kopf: ModuleType, operator: ModuleType) -> None:
     """The image runs as uid 65532, which has no passwd entry: kopf's own identity
     (getpass.getuser()) raised KeyError there and the pods crash-looped."""
     import getpass

@@ -122,9 +122,10 @@ def test_ledger_program_beats_and_records_term(runs: dict[str, Future[Run]]) -> 
     assert len(beats) >= 3
     assert set(kinds[1:-2]) == {"beat"}
     gaps = sorted((b.wall_us - a.wall_us) / 1000 for a, b in pairwise(lines[:-2]))
-    # Each beat is due 100 ms after the one before; a loaded machine may delay one.
+    # Each beat is due 100 ms after the one before (at t0 + k * 100 ms, not 100 ms after the
+    # last): a loaded machine may delay one, and the next, on time, then follows it sooner.
     assert 80 <= gaps[len(gaps) // 2] <= 130, gaps
-    assert all(50 <= g <= 400 for g in gaps), gaps
+    assert all(0 < g <= 400 for g in gaps), gaps
     assert [ln.seq for ln in lines] == list(range(1, len(lines) + 1))
     walls = [ln.wall_us for ln in lines]
     assert walls == sorted(walls)

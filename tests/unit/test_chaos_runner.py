@@ -12,7 +12,7 @@ import pytest
 from chaos import runner
 from chaos.checker import check_calls
 from chaos.history import Final, read_operations
-from dispatch_kubeflow import ConflictError, JobID
+from dispatch_kubeflow import ConflictError, DeadlineExceeded, JobID
 
 
 def test_the_plan_is_a_function_of_the_seed() -> None:
@@ -86,13 +86,22 @@ def test_the_recorder_records_results_typed_errors_and_hung_calls(tmp_path: Path
     async def hang() -> None:
         await asyncio.sleep(10)
 
+    async def deadline() -> None:
+        # The library's own answer at a call's deadline: a typed error (and a TimeoutError,
+        # which the recorder must not take for its own timeout: seed 7103 did).
+        await asyncio.sleep(0.01)
+        raise DeadlineExceeded("Hold 1 of ns/tj: the deadline passed")
+
     async def go() -> None:
         await rec.call("start", "J", ok, seconds=5, summary=lambda v: {"ref": v})
         await rec.call("start", "J", conflict, seconds=5)
         await rec.call("hold", "J", hang, seconds=0.05)
+        await rec.call("hold", "J", deadline, seconds=0.01)
 
     asyncio.run(go())
-    done, failed, hung = rec.ops
+    done, failed, hung, late = rec.ops
+    assert late.error == "DeadlineExceeded"
+    assert late.return_us is not None
     assert done.ok
     assert done.result == {"ref": "ns/name"}
     assert done.return_us is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,16 +39,19 @@ def _end(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-# Started when this module is collected, so that the interpreter's start-up (a second or
-# two of CPU) runs on another core beside the tests collected and run before these.
-_PROBE = _start()
+# In one process, started when this module is collected, so that the interpreter's start-up
+# (a second and a half of CPU) runs on the other core beside the tests before these. Under
+# pytest-xdist every worker collects every module, and only one runs these tests: there it
+# starts on first use, so the other workers do not pay for it.
+_PROBE = None if os.environ.get("PYTEST_XDIST_WORKER") else _start()
 
 
 @functools.cache
 def loaded() -> tuple[set[str], set[str], set[str]]:
     """What is loaded after the bare package, after the controller, after first use."""
-    out, err = _PROBE.communicate(timeout=60)
-    assert _PROBE.returncode == 0, err
+    probe = _PROBE or _start()
+    out, err = probe.communicate(timeout=60)
+    assert probe.returncode == 0, err
     package, controller, used = (set(part.split()) for part in out.split("--"))
     return package, controller, used
 

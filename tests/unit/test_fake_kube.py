@@ -14,7 +14,7 @@ from dispatch_kubeflow.kube import PatchKind, WatchEvent
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from tests.unit.fake_kube import FakeKube, label_matches
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.virtual_time]
 
 
 def pod(name: str, **labels: str) -> dict[str, Any]:

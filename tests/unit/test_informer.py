@@ -14,12 +14,14 @@ import pytest
 
 from dispatch_kubeflow import Backend, errors
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.informer import Feed, Informers
+from dispatch_kubeflow.informer import LINGER_SECONDS, Feed, Informers
 from dispatch_kubeflow.kube import Resource
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import ObjectRef, ObjectState, Observation
 from dispatch_kubeflow.settings import Settings
 from tests.unit.fake_kube import FakeKube, status_error
+
+pytestmark = pytest.mark.virtual_time
 
 NS = "ns"
 PLAIN = Settings.parse({"namespace": NS, "probeRuntime": {"name": "rt"}})
@@ -88,6 +90,15 @@ def waits(backend: Backend, refs: list[ObjectRef], *states: ObjectState,
             for ref in refs]
 
 
+async def past_the_linger(kube: FakeKube, lingering: int) -> None:
+    """The feeds' watches are open for the linger after their last wait left, then not."""
+    assert kube.open_watches == lingering
+    await asyncio.sleep(LINGER_SECONDS - 1)
+    assert kube.open_watches == lingering
+    await asyncio.sleep(1.5)
+    assert kube.open_watches == 0
+
+
 async def no_task_left(before: set[asyncio.Task[Any]]) -> None:
     await asyncio.sleep(0)
     left = asyncio.all_tasks() - before - {asyncio.current_task()}
@@ -111,7 +122,7 @@ async def test_n_waits_on_n_jobs_share_one_watch_per_kind() -> None:
     assert watches == 2  # TrainJobs and pods, for all N waits
     assert kube.calls["list"] == 2
     assert kube.peak == 2
-    assert kube.open_watches == 0  # the last wait to leave stopped them
+    await past_the_linger(kube, 2)  # stopped once the last wait had left
     await backend.close()
 
 
@@ -138,7 +149,7 @@ async def test_kueue_waits_share_the_workloads_watch_and_filter_by_uid() -> None
     assert {o.state for o in got} == {ObjectState.ADMITTING}
     assert kube.calls["watch"] == 3  # TrainJobs, pods, Workloads
     assert kube.peak == 3
-    assert kube.open_watches == 0
+    await past_the_linger(kube, 3)
     await backend.close()
 
 
@@ -160,7 +171,7 @@ async def test_a_wait_ends_within_50ms_of_its_event_at_p99() -> None:
     for i, ref in enumerate(refs):
         written[i] = loop.time()
         finish(kube, ref, i)
-        await asyncio.sleep(0.002)  # events spread out, as a cluster's are
+        await asyncio.sleep(0.001)  # events spread out, as a cluster's are
     async with asyncio.timeout(10):
         await asyncio.gather(*tasks)
     ms = sorted((ended[i] - written[i]) * 1000 for i in range(N))
@@ -214,7 +225,7 @@ async def test_a_403_ending_the_watch_reaches_every_wait() -> None:
     async with asyncio.timeout(5):
         got = await asyncio.gather(*tasks, return_exceptions=True)
     assert all(isinstance(g, errors.KubeForbidden) for g in got), got
-    assert kube.open_watches == 0
+    assert kube.open_watches == 1  # the pods' watch ended; the TrainJobs' lingers
     # The next wait starts the feed afresh (and, forbidden still, raises at once).
     with pytest.raises(errors.KubeForbidden):
         async with asyncio.timeout(5):
@@ -241,7 +252,7 @@ async def test_the_last_wait_leaving_stops_the_watches() -> None:
     assert kube.open_watches == 2  # one wait is still there
     tasks[2].cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    assert kube.open_watches == 0
+    await past_the_linger(kube, 2)
     await no_task_left(before)
     await backend.close()
 
@@ -305,6 +316,29 @@ async def test_a_feed_wakes_the_views_of_the_key_an_object_left_and_joined() -> 
     done: list[Awaitable[None]] = [gone_from_a, came_to_b]
     async with asyncio.timeout(5):
         await asyncio.gather(*done)
+    assert informers.feeds == 1  # lingering
+    await past_the_linger(kube, 1)
     assert informers.feeds == 0
-    assert kube.open_watches == 0
     await informers.close()
+
+
+@pytest.mark.asyncio
+async def test_a_wait_soon_after_the_last_one_left_finds_the_watches_running() -> None:
+    kube = FakeKube(seed=10)
+    refs = await running_jobs(kube, 3)
+    backend = await Backend.connect(PLAIN, kube=kube, preflight=False)
+    finish(kube, refs[0], 0)
+    assert (await backend.wait(refs[0], *DONE)).state is ObjectState.SUCCEEDED
+    assert (kube.calls["list"], kube.calls["watch"]) == (2, 2)
+    # Within the linger: the next wait reads the running watches' cache, listing nothing.
+    await asyncio.sleep(LINGER_SECONDS / 2)
+    finish(kube, refs[1], 1)
+    assert (await backend.wait(refs[1], *DONE)).state is ObjectState.FAILED
+    assert (kube.calls["list"], kube.calls["watch"]) == (2, 2)
+    # Past it, the watches stopped: the next wait lists and watches again.
+    await past_the_linger(kube, 2)
+    finish(kube, refs[2], 2)
+    assert (await backend.wait(refs[2], *DONE)).state is ObjectState.SUCCEEDED
+    assert (kube.calls["list"], kube.calls["watch"]) == (4, 4)
+    await backend.close()
+    assert kube.open_watches == 0  # closing stops a lingering watch at once

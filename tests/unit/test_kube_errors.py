@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from kubernetes_asyncio import client as k8s_client
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.start import create_trainjob, runtime_not_seen
+from tests.unit.http_kube import kube_at
 
 TRAINER_WEBHOOK = "validator.trainjob.trainer.kubeflow.org"
 # What the API server answers when Trainer's webhook has not seen the runtime yet:
@@ -185,10 +185,8 @@ async def answers() -> AsyncIterator[Answers]:
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_transport_maps_status_bodies_and_bare_answers(answers: Answers) -> None:
-    cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{answers.port}")
     # transient_window=0: each answer as it came, not ridden out (test_transient_retry.py)
-    async with Kube(k8s_client.ApiClient(configuration=cfg), request_timeout=2.0,
-                    transient_window=0) as kube:
+    async with kube_at(answers.port, request_timeout=2.0, transient_window=0) as kube:
         answers.next = [web.json_response(RUNTIME_NOT_SEEN, status=403),
                         web.Response(status=500, text="upstream broke"),
                         web.Response(status=503),

@@ -15,6 +15,8 @@ from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from tests.unit.fake_kube import FakeKube
 
+pytestmark = pytest.mark.virtual_time
+
 NS, NAME = "ns", "dj-x-s1"
 
 

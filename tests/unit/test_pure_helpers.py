@@ -160,15 +160,15 @@ def test_current_pod(pods: list[dict[str, Any]], a_by_sub: dict[int, int], want:
 
 
 def test_orphaned_workload_belongs_to_its_job() -> None:
-    from dispatch_kubeflow.find import _belongs, trainjob_name_pattern
+    from dispatch_kubeflow.find import belongs, trainjob_name_pattern
     from dispatch_kubeflow.kube.resources import WORKLOAD
 
     job, other = JobID.new(), JobID.new()
     orphan = {"metadata": {"name": "trainjob-x", "labels": {names.KUEUE_JOB_UID_LABEL: "gone"}},
               "spec": {"podSets": [{"name": "node", "template": {"metadata": {"labels": {
                   names.JOB_ID_LABEL: str(job)}}}}]}}
-    assert _belongs(WORKLOAD, orphan, job, set(), trainjob_name_pattern(job))
-    assert not _belongs(WORKLOAD, orphan, other, set(), trainjob_name_pattern(other))
+    assert belongs(WORKLOAD, orphan, job, set(), trainjob_name_pattern(job))
+    assert not belongs(WORKLOAD, orphan, other, set(), trainjob_name_pattern(other))
 
 
 def test_newest_workload_prefers_live() -> None:

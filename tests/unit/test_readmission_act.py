@@ -2,13 +2,17 @@
 
 Everything Kubernetes-side is only objects in the fake: the Workload as Kueue would have
 left it, the TrainJob, pods with the jobset-name label, the Lease. What is tested is our
-orchestration: a fresh read before writing, wait while pods remain, raise A once then set
-Ready, and the fences (a stale TrainJob or Workload answers 409: nothing is written, the
-Workload is judged again). Kueue's, Trainer's and JobSet's behaviour is the cluster tests'.
+orchestration: a live list of the pods before writing, wait while pods remain, raise A once
+then set Ready, and the fences (a stale TrainJob or Workload answers 409: nothing is written,
+the Workload is judged again, from live reads). The indexes the decision reads the Workload
+and the TrainJob from are views of the fake's objects (:class:`Index`), as fresh as the
+server unless a test pins an older version in them. Kueue's, Trainer's and JobSet's
+behaviour is the cluster tests'.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -16,24 +20,31 @@ import pytest
 from admission.intake import Caches, Feed
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
-from admission.readmission import PENDING, READY, Readmission, ready_message, waiting_message
+from admission.readmission import (
+    FAULT_ENV,
+    PENDING,
+    READY,
+    Readmission,
+    ready_message,
+    waiting_message,
+)
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube.resources import EVENT, LEASE, POD, TRAINJOB, WORKLOAD, Resource
-from tests.unit.fake_kube import FakeKube
+from tests.unit.fake_kube import FakeKube, clone
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.virtual_time]
 SEEDS = range(4)
 NS, WL, TJ, CHECK = "ns", "trainjob-dj-a-s1-abcde", "dj-a-s1", "dispatch-admission"
 KEY = (NS, WL)
 Obj = dict[str, Any]
 
 
-def workload() -> Obj:
+def workload(owner_uid: str = "t1") -> Obj:
     """A Workload with quota reserved on a ClusterQueue that lists our check, Pending."""
     return {
         "metadata": {"name": WL, "ownerReferences": [{
             "apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}", "kind": "TrainJob",
-            "name": TJ, "controller": True, "uid": "t1"}]},
+            "name": TJ, "controller": True, "uid": owner_uid}]},
         "spec": {"queueName": "lq"},
         "status": {
             "admissionChecks": [{"name": CHECK, "state": PENDING, "message": "",
@@ -53,11 +64,47 @@ def old_pod(i: int) -> Obj:
     return {"metadata": {"name": f"{TJ}-node-0-{i}", "labels": {names.JOBSET_NAME_LABEL: TJ}}}
 
 
+class Index(Mapping[tuple[str, str], list[Obj]]):
+    """A kopf-style index (key -> the objects under it) over the fake's objects of one kind:
+    as fresh as the server, unless a version is pinned (a watch that has not delivered the
+    versions since)."""
+
+    def __init__(self, k: FakeKube, res: Resource) -> None:
+        self.k, self.res = k, res
+        self.pinned: dict[tuple[str, str], Obj] = {}
+
+    def pin(self, name: str) -> None:
+        self.pinned[(NS, name)] = clone(self.k.objects[(self.res.plural, NS, name)])
+
+    def __getitem__(self, key: tuple[str, str]) -> list[Obj]:
+        obj = self.pinned.get(key) or self.k.objects.get((self.res.plural, *key))
+        if obj is None:
+            raise KeyError(key)
+        return [clone(obj)]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter({(ns, n) for (plural, ns, n) in self.k.objects if plural == self.res.plural}
+                    | set(self.pinned))
+
+    def __len__(self) -> int:
+        return len(set(self))
+
+
 class World:
     """The fake, a leading elector on a Lease in it, and the Readmission under test."""
 
-    def __init__(self, k: FakeKube, elector: LeaderElector, r: Readmission) -> None:
+    def __init__(self, k: FakeKube, elector: LeaderElector, r: Readmission,
+                 clock: list[float], indexes: dict[str, Index]) -> None:
         self.k, self.elector, self.r = k, elector, r
+        self.clock = clock
+        self.indexes = indexes
+
+    async def act(self) -> None:
+        """One judgement, and the Events it records in the background."""
+        try:
+            await self.r._act(KEY, TJ)
+        finally:
+            await self.r.settle()
 
     def check(self) -> Obj:
         wl = self.k.objects[(WORKLOAD.plural, NS, WL)]
@@ -88,36 +135,40 @@ class World:
 
 async def world(seed: int, *, pods: int = 0) -> World:
     k = FakeKube(seed)
-    await k.create(WORKLOAD, workload(), NS)
-    await k.create(TRAINJOB, trainjob(), NS)
+    tj = await k.create(TRAINJOB, trainjob(), NS)
+    await k.create(WORKLOAD, workload(tj["metadata"]["uid"]), NS)
     for i in range(pods):
         await k.create(POD, old_pod(i), NS)
-    elector = LeaderElector(k, namespace="ctl", name="lease", identity="me")
+    clock = [0.0]
+    elector = LeaderElector(k, namespace="ctl", name="lease", identity="me",
+                            clock=lambda: clock[0])
     assert await elector.try_acquire_or_renew()
     caches = Caches()
-    caches.bind({"workloads": {}, "workloads_by_job": {}, "pods_by_job": {},
+    indexes = {"workloads": Index(k, WORKLOAD), "trainjobs": Index(k, TRAINJOB)}
+    caches.bind({**indexes, "workloads_by_job": {}, "pods_by_job": {},
                  "admission_checks": {CHECK: [{"metadata": {"name": CHECK}}]},
                  "cluster_queues": {"cq": [frozenset({CHECK})]}})
-    r = Readmission(k, elector, caches, workloads=Feed("workloads"), pods=Feed("pods"),
+    r = Readmission(k, elector, caches, workloads=Feed("workloads"),
+                    trainjobs=Feed("trainjobs"), pods=Feed("pods"),
                     admission_checks=Feed("admissionchecks"),
                     cluster_queues=Feed("clusterqueues"), metrics=Metrics(),
                     events=EventRecorder(k, instance="test"))
-    return World(k, elector, r)
+    return World(k, elector, r, clock, indexes)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_pods_of_the_previous_execution_left_means_wait(seed: int) -> None:
     w = await world(seed, pods=2)
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.check()["state"] == PENDING
     assert w.check()["message"] == waiting_message(2)
     assert names.ADMISSION_COUNT not in w.annotations()
     assert len(w.events("WaitingForPreviousExecution")) == 1
     rv = w.k.objects[(WORKLOAD.plural, NS, WL)]["metadata"]["resourceVersion"]
-    await w.r._act(KEY, TJ)  # the same wait again: the message is right, nothing is written
+    await w.act()  # the same wait again: the message is right, nothing is written
     assert w.k.objects[(WORKLOAD.plural, NS, WL)]["metadata"]["resourceVersion"] == rv
     await w.k.delete(POD, old_pod(0)["metadata"]["name"], NS)
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.check()["message"] == waiting_message(1)
 
 
@@ -125,7 +176,7 @@ async def test_pods_of_the_previous_execution_left_means_wait(seed: int) -> None
 async def test_no_pod_left_raises_a_once_and_sets_ready(seed: int) -> None:
     w = await world(seed)
     uid = w.k.objects[(WORKLOAD.plural, NS, WL)]["metadata"]["uid"]
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.annotations()[names.ADMISSION_COUNT] == "1"
     assert w.annotations()[names.ADMISSION_TOKEN] == f"{uid}/0"
     assert w.check()["state"] == READY
@@ -133,7 +184,10 @@ async def test_no_pod_left_raises_a_once_and_sets_ready(seed: int) -> None:
     assert w.check()["lastTransitionTime"] != "2026-01-01T00:00:00Z"  # the state changed
     assert len(w.events("AdmissionCountRaised")) == 1
     assert len(w.events("AdmissionCheckReady")) == 1
-    await w.r._act(KEY, TJ)  # Ready now: nothing more to do
+    # In the order the writes happened, as a reader of the job's Events expects them.
+    (raised,), (ready,) = w.events("AdmissionCountRaised"), w.events("AdmissionCheckReady")
+    assert int(raised["metadata"]["resourceVersion"]) < int(ready["metadata"]["resourceVersion"])
+    await w.act()  # Ready now: nothing more to do
     assert w.annotations()[names.ADMISSION_COUNT] == "1"
     assert len(w.events("AdmissionCheckReady")) == 1
     assert (w.decisions("raised"), w.decisions("ready")) == (1, 1)
@@ -149,10 +203,10 @@ async def test_a_leader_that_died_after_raising_a_is_finished_without_raising_ag
 
     w.when("patch", WORKLOAD, die)  # A rises, then the Ready write never arrives
     with pytest.raises(errors.KubeError, match="connection lost"):
-        await w.r._act(KEY, TJ)
+        await w.act()
     assert w.annotations()[names.ADMISSION_COUNT] == "1"
     assert w.check()["state"] == PENDING
-    await w.r._act(KEY, TJ)  # the next attempt (or the next leader)
+    await w.act()  # the next attempt (or the next leader)
     assert w.annotations()[names.ADMISSION_COUNT] == "1"
     assert w.check()["state"] == READY
     assert len(w.events("AdmissionCountRaised")) == 1  # named by the token: once
@@ -163,11 +217,11 @@ async def test_trainjob_changed_under_the_raise_is_judged_again(seed: int) -> No
     w = await world(seed)
     w.when("patch", TRAINJOB, lambda: w.k.write_now(
         TRAINJOB, TJ, NS, {"metadata": {"labels": {"someone": "else"}}}))
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert names.ADMISSION_COUNT not in w.annotations()  # the fenced patch was refused
     assert w.check()["state"] == PENDING
     assert len(w.r.queue) == 1  # queued to judge again from a fresh read
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.annotations()[names.ADMISSION_COUNT] == "1"
     assert w.check()["state"] == READY
 
@@ -179,11 +233,11 @@ async def test_workload_changed_before_ready_is_not_approved(seed: int) -> None:
     w.when("patch", WORKLOAD, lambda: w.k.write_now(WORKLOAD, WL, NS, {"status": {
         "conditions": [{"type": "QuotaReserved", "status": "True"},
                        {"type": "Evicted", "status": "True", "reason": "Preempted"}]}}))
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.check()["state"] == PENDING  # the fence refused the stale Ready
     assert w.decisions("stale") == 1
     assert len(w.r.queue) == 1
-    await w.r._act(KEY, TJ)  # judged again: being evicted, so nothing to do
+    await w.act()  # judged again: being evicted, so nothing to do
     assert w.check()["state"] == PENDING
     assert w.decisions("ready") == 0
 
@@ -193,17 +247,17 @@ async def test_workload_changed_before_the_wait_message_is_judged_again(seed: in
     w = await world(seed, pods=1)
     w.when("patch", WORKLOAD, lambda: w.k.write_now(
         WORKLOAD, WL, NS, {"metadata": {"labels": {"x": "y"}}}))
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.check()["message"] == ""
     assert len(w.r.queue) == 1
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.check()["message"] == waiting_message(1)
 
 
 async def test_a_pod_appearing_after_the_index_said_none_still_waits() -> None:
     w = await world(0)
     await w.k.create(POD, old_pod(7), NS)  # the indexes lag: only the live list sees it
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.check()["message"] == waiting_message(1)
     assert names.ADMISSION_COUNT not in w.annotations()
 
@@ -211,7 +265,8 @@ async def test_a_pod_appearing_after_the_index_said_none_still_waits() -> None:
 async def test_not_the_leader_any_more_raises_nothing() -> None:
     w = await world(0)
     w.k.write_now(LEASE, "lease", "ctl", {"spec": {"holderIdentity": "another"}})
-    await w.r._act(KEY, TJ)
+    w.clock[0] += w.elector.renew_deadline  # it could not renew: its own state says so
+    await w.act()
     assert names.ADMISSION_COUNT not in w.annotations()
     assert w.check()["state"] == PENDING
 
@@ -221,7 +276,7 @@ async def test_a_newer_admission_recorded_on_the_trainjob_means_our_read_is_stal
     uid = w.k.objects[(WORKLOAD.plural, NS, WL)]["metadata"]["uid"]
     w.k.write_now(TRAINJOB, TJ, NS, {"metadata": {"annotations": {
         names.ADMISSION_COUNT: "2", names.ADMISSION_TOKEN: f"{uid}/1"}}})
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.annotations()[names.ADMISSION_COUNT] == "2"
     assert w.check()["state"] == PENDING
     assert w.decisions("stale") == 1
@@ -231,10 +286,144 @@ async def test_gone_workload_or_trainjob_writes_nothing() -> None:
     w = await world(0)
     await w.k.delete(TRAINJOB, TJ, NS)
     before = w.k.rv
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.check()["state"] == PENDING
     assert w.k.rv == before
     await w.k.delete(WORKLOAD, WL, NS)
     before = w.k.rv
-    await w.r._act(KEY, TJ)
+    await w.act()
     assert w.k.rv == before
+
+
+# --- issue 11: the critical path, and the cached reads ----------------------------------
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_one_approval_sends_the_three_critical_requests_then_the_events(
+        seed: int) -> None:
+    """A live LIST of the pods, the fenced raise of A, the fenced Ready; nothing else before
+    Ready (no GET of the Workload, the TrainJob or the Lease), the Events after it."""
+    w = await world(seed)
+    sent: list[tuple[str, str]] = []
+    w.k.before = lambda verb, res, _name: sent.append((verb, res.plural))
+    before = w.k.requests
+    await w.r._act(KEY, TJ)
+    critical = [("list", POD.plural), ("patch", TRAINJOB.plural), ("patch", WORKLOAD.plural)]
+    assert sent == critical
+    assert w.k.requests - before == 3
+    assert w.check()["state"] == READY
+    await w.r.settle()
+    assert sent == critical + [("create", EVENT.plural)] * 2
+    assert len(w.events("AdmissionCountRaised")) == 1
+    assert len(w.events("AdmissionCheckReady")) == 1
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_a_stale_cached_workload_meets_the_fence_and_is_judged_again_live(
+        seed: int) -> None:
+    w = await world(seed)
+    w.indexes["workloads"].pin(WL)  # the watch has not brought what follows yet
+    w.k.write_now(WORKLOAD, WL, NS, {"metadata": {"labels": {"kueue": "wrote"}}})
+    await w.act()
+    assert w.check()["state"] == PENDING  # the Ready carried the cached version: 409
+    assert w.annotations()[names.ADMISSION_COUNT] == "1"
+    assert w.decisions("stale") == 1
+    assert len(w.r.queue) == 1
+    gets = w.k.calls["get"]
+    await w.act()  # judged again, from live reads (the Workload's index still lags)
+    assert w.k.calls["get"] == gets + 2  # the Workload and the TrainJob
+    assert w.check()["state"] == READY
+    assert w.annotations()[names.ADMISSION_COUNT] == "1"  # not raised twice
+    assert (w.decisions("raised"), w.decisions("ready")) == (1, 1)
+    assert len(w.events("AdmissionCountRaised")) == 1
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_a_stale_cached_trainjob_never_raises_a_twice(seed: int) -> None:
+    """A leader raised A and died before Ready; our TrainJob index has not seen the raise,
+    so the plan says raise: the patch carries the cached version and gets 409."""
+    w = await world(seed)
+    w.indexes["trainjobs"].pin(TJ)
+    uid = w.k.objects[(WORKLOAD.plural, NS, WL)]["metadata"]["uid"]
+    w.k.write_now(TRAINJOB, TJ, NS, {"metadata": {"annotations": {
+        names.ADMISSION_COUNT: "1", names.ADMISSION_TOKEN: f"{uid}/0"}}})
+    await w.act()
+    assert w.annotations()[names.ADMISSION_COUNT] == "1"
+    assert w.check()["state"] == PENDING
+    assert (w.decisions("stale"), w.decisions("raised")) == (1, 0)
+    await w.act()  # judged again from a live read of the TrainJob: raised already
+    assert w.annotations()[names.ADMISSION_COUNT] == "1"
+    assert w.check()["state"] == READY
+    assert w.check()["message"] == ready_message(1)
+    assert (w.decisions("raised"), w.decisions("ready")) == (0, 1)
+    assert len(w.events("AdmissionCountRaised")) == 1
+
+
+async def test_a_cached_trainjob_of_an_earlier_owner_is_not_used() -> None:
+    """The index may keep a deleted TrainJob whose name is in use again (a watch gap):
+    the Workload's owner reference names the UID, so the TrainJob is read live."""
+    w = await world(0)
+    w.indexes["trainjobs"].pin(TJ)
+    w.indexes["trainjobs"].pinned[(NS, TJ)]["metadata"]["uid"] = "an-earlier-one"
+    gets = w.k.calls["get"]
+    await w.act()
+    assert w.k.calls["get"] == gets + 1
+    assert w.annotations()[names.ADMISSION_COUNT] == "1"
+    assert w.check()["state"] == READY
+
+
+@pytest.mark.parametrize("fence", [True, False], ids=["fenced", "no-fence"])
+async def test_the_fence_is_what_refuses_a_stale_cached_workload(
+        fence: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kueue evicted the Workload; the index still has the version before. With the fence
+    the Ready is refused; with the no-fence fault it lands on the evicted Workload: the
+    fence, not the cache, is what keeps the stale decision out."""
+    if not fence:
+        monkeypatch.setenv(FAULT_ENV, "no-fence")
+    w = await world(0)
+    w.indexes["workloads"].pin(WL)
+    w.k.write_now(WORKLOAD, WL, NS, {"status": {
+        "conditions": [{"type": "QuotaReserved", "status": "True"},
+                       {"type": "Evicted", "status": "True", "reason": "Preempted"}]}})
+    await w.act()
+    assert w.check()["state"] == (PENDING if fence else READY)
+
+
+async def test_events_are_recorded_after_the_ready_write_and_failures_are_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    w = await world(0)
+
+    def refuse() -> None:
+        raise errors.KubeError("events: refused", status=0, reason="Unreachable")
+
+    w.when("create", EVENT, refuse)
+    await w.act()
+    assert w.check()["state"] == READY  # the Ready did not wait for, or depend on, Events
+    assert "cannot record event" in caplog.text
+    assert len(w.events("AdmissionCheckReady")) == 1  # the other one was recorded
+
+
+async def test_close_waits_for_the_events_in_flight() -> None:
+    w = await world(0)
+    await w.r._act(KEY, TJ)
+    assert w.r._events
+    await w.r.aclose()
+    assert not w.r._events
+    assert len(w.events("AdmissionCheckReady")) == 1
+
+
+async def test_objects_the_indexes_keep_after_they_went_write_nothing() -> None:
+    """After a watch gap an index may keep a deleted object: its write answers 404."""
+    w = await world(0)
+    w.indexes["trainjobs"].pin(TJ)
+    await w.k.delete(TRAINJOB, TJ, NS)
+    before = w.k.rv
+    await w.act()  # the raise meets 404
+    assert w.k.rv == before
+    assert w.check()["state"] == PENDING
+    assert w.decisions("skipped") == 1
+    w = await world(0)
+    w.indexes["workloads"].pin(WL)
+    await w.k.delete(WORKLOAD, WL, NS)
+    await w.act()  # A rises (harmless: it only ever rises), the Ready meets 404
+    assert (WORKLOAD.plural, NS, WL) not in w.k.objects
+    assert w.decisions("ready") == 0
+    assert len(w.events("AdmissionCheckReady")) == 0

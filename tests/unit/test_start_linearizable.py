@@ -25,7 +25,7 @@ from dispatch_kubeflow.model import Image, JobID, JobSpec, ObjectRef, RuntimeRef
 from dispatch_kubeflow.settings import Settings
 from tests.unit.fake_kube import FakeKube
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.virtual_time]
 JOB = JobID.new(datetime(2026, 5, 1, tzinfo=UTC), bytes(10))
 PLAIN = Settings.parse({"namespace": "ns", "probeRuntime": {"name": "dispatch-kind"}})
 PLAIN_MODE = select_mode(PLAIN)
@@ -155,3 +155,81 @@ async def test_the_owner_patch_lands_only_on_the_copy_it_judged() -> None:
     assert bumped
     check_linearizable(k, [req], [ref])
     assert k.all(TRAINING_RUNTIME)[0]["metadata"]["labels"]["touched"] == "1"
+
+
+async def test_a_first_start_makes_the_fewest_requests_and_a_repeat_changes_nothing() -> None:
+    k = await fake(4)
+    k.max_yields = 0
+    req = request(0)
+    ref = await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, req)
+    # The fewest for what Start makes (plain mode waits for nothing after): read the
+    # runtime, create its copy, create the TrainJob, make the TrainJob own the copy.
+    assert (k.requests, dict(k.calls)) == (4 + 1, {"create": 3, "get": 1, "patch": 1}), k.calls
+    # (the fixture's own create of the ClusterTrainingRuntime is the 1 and one "create")
+    before = k.requests
+    again = await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, req)
+    assert again == ref
+    check_linearizable(k, [req], [ref])
+    # A repeat reads: the runtime, the copy's create refused, the TrainJob, the copy.
+    assert k.requests - before == 4
+    assert [o["metadata"]["uid"] for o in k.all(TRAINJOB)] == [ref.uid]
+
+
+async def test_a_repeated_start_needs_no_runtime() -> None:
+    """The job's objects are there: Start answers though the runtime it was made from is
+    gone (the copy is what the TrainJob runs)."""
+    k = await fake(5)
+    k.max_yields = 0
+    req = request(0)
+    ref = await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, req)
+    await k.delete(CLUSTER_TRAINING_RUNTIME, "dispatch-kind")
+    assert await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, req) == ref
+    with pytest.raises(errors.SpecError, match="RuntimeRef"):
+        await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, StartRequest(
+            JobID.new(datetime(2026, 5, 2, tzinfo=UTC), bytes(10)), 1, 1, req.spec))
+
+
+async def test_concurrent_kueue_starts_share_one_watch_of_the_workloads() -> None:
+    """Start returns once Kueue's Workload exists; N Starts of one Backend wait for theirs
+    through the Backend's informer (one list and one watch), not a list and a watch each."""
+    from dispatch_kubeflow.informer import LINGER_SECONDS, Informers
+    from dispatch_kubeflow.kube.resources import WORKLOAD
+    kueue = Settings.parse({"namespace": "ns", "probeRuntime": {"name": "dispatch-kind"},
+                            "kueue": {"localQueue": "lq"}})
+    k = await fake(6)
+    n = 20
+    shared = Informers(k)  # as a Backend owns one, for its Starts and waits
+    mode = select_mode(kueue)
+    jobs = [JobID.new(datetime(2026, 5, 3, tzinfo=UTC), bytes([i]) * 10) for i in range(n)]
+    reqs = [StartRequest(j, 1, 1, request(0).spec) for j in jobs]
+    made: set[str] = set()
+
+    async def as_kueue_would() -> None:
+        """The Workload of each TrainJob (Kueue's part, written straight into the fake)."""
+        while len(made) < n:
+            for tj in k.all(TRAINJOB):
+                uid = tj["metadata"]["uid"]
+                if uid not in made:
+                    made.add(uid)
+                    await k.create(WORKLOAD, {"metadata": {
+                        "name": f"trainjob-{tj['metadata']['name']}",
+                        "labels": {names.KUEUE_JOB_UID_LABEL: uid}}}, "ns")
+            await asyncio.sleep(0.001)
+    kueue_task = asyncio.create_task(as_kueue_would())
+    before = dict(k.calls)
+    refs = await asyncio.gather(*(start_mod.start(as_kube(k), kueue, mode, r, shared=shared)
+                                  for r in reqs))
+    await kueue_task
+    assert sorted(r.uid for r in refs) == sorted(made)
+    calls = {v: k.calls[v] - before.get(v, 0) for v in k.calls}
+    # Each Start: get the runtime, create the copy and the TrainJob, patch the copy's owner;
+    # all of them: the informer's list and watch (Kueue's creates are counted too: n).
+    assert calls.get("watch", 0) <= 2, calls
+    assert calls.get("list", 0) <= 2, calls
+    assert calls["get"] == n, calls
+    assert calls["patch"] == n, calls
+    assert calls["create"] == 3 * n, calls
+    assert shared.feeds == 1  # the watch lingers after the last Start left ...
+    await asyncio.sleep(LINGER_SECONDS + 1)
+    assert shared.feeds == 0  # ... and then stops
+    await shared.close()

@@ -19,12 +19,12 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from kubernetes_asyncio import client as k8s_client
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.kube import Kube, retry
 from dispatch_kubeflow.kube import resources as r
 from dispatch_kubeflow.waits import within
+from tests.unit.http_kube import kube_at
 
 NS = "ns"
 
@@ -68,9 +68,7 @@ class Server:
 
 
 def _kube(port: int, window: float = 5.0) -> Kube:
-    cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{port}")
-    return Kube(k8s_client.ApiClient(configuration=cfg), request_timeout=2.0,
-                transient_window=window)
+    return kube_at(port, request_timeout=2.0, transient_window=window)
 
 
 @pytest_asyncio.fixture
@@ -100,7 +98,8 @@ async def test_a_503_and_a_429_are_ridden_out_for_any_verb(server: Server) -> No
     assert server.seen == ["POST"] * 3
 
 
-def test_a_429_waits_as_long_as_the_server_asks() -> None:
+@pytest.mark.asyncio
+async def test_a_429_waits_as_long_as_the_server_asks() -> None:
     busy = errors.kube_error(429, {"reason": "TooManyRequests",
                                    "details": {"retryAfterSeconds": 2}})
     assert busy.retry_after == 2
@@ -155,10 +154,10 @@ async def test_a_call_s_deadline_bounds_the_retries_and_the_error_surfaces(
                 await kube.get(r.LEASE, "x", NS)
     took = time.monotonic() - began
     # The server's own answer, not DeadlineExceeded, by the deadline (give or take the
-    # last request's own few milliseconds on a loaded machine).
+    # last request's own time, which a loaded machine stretches): far short of the window.
     assert not isinstance(caught.value, errors.DeadlineExceeded)
     assert caught.value.status == 503
-    assert took < 0.3 + 0.1
+    assert took < 0.3 + 0.5
     assert len(server.seen) > 2
 
 
@@ -173,10 +172,11 @@ async def test_without_a_deadline_the_transport_s_window_bounds_the_retries(
     assert 0.1 < time.monotonic() - began < 0.6
 
 
-def test_a_deadline_longer_than_the_window_does_not_lengthen_it() -> None:
-    began = time.monotonic()
+@pytest.mark.asyncio
+async def test_a_deadline_longer_than_the_window_does_not_lengthen_it() -> None:
+    began = retry.now()
     with retry.deadline(began + 600):
-        assert retry.Backoff(window=2).until <= time.monotonic() + 2
+        assert retry.Backoff(window=2).until <= retry.now() + 2
     with retry.deadline(began + 1):
         assert retry.Backoff(window=60).until == began + 1
 

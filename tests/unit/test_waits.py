@@ -16,7 +16,7 @@ from dispatch_kubeflow.kube.transport import WatchBackoff
 from dispatch_kubeflow.waits import Watched, deadline_after, wait_for, wait_for_all, within
 from tests.unit.fake_kube import FakeKube
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.virtual_time]
 SEEDS = range(5)
 Obj = dict[str, Any]
 

@@ -15,14 +15,12 @@ import itertools
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from kubernetes_asyncio import client as k8s_client
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.errors import DeadlineExceeded
@@ -30,6 +28,7 @@ from dispatch_kubeflow.kube import Kube, transport
 from dispatch_kubeflow.kube import resources as r
 from dispatch_kubeflow.kube.transport import WatchBackoff, WatchEvent
 from dispatch_kubeflow.waits import Watched, deadline_after, wait_for_all, within
+from tests.unit.http_kube import kube_at
 
 pytestmark = pytest.mark.asyncio
 
@@ -148,18 +147,11 @@ SCALED = WatchBackoff(first=transport.WATCH_BACKOFF.first * SCALE,
 GRACE = 0.1
 
 
-# The server speaks plain HTTP, so no CA is ever used; naming a one-certificate file spares
-# each client (and each stream client) loading the system's CA store (~60 ms each).
-UNUSED_CA = str(Path(__file__).with_name("unused_ca.pem"))
-
-
 async def connect(port: int, *, backoff: WatchBackoff = SCALED) -> Kube:
-    cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{port}")
-    cfg.ssl_ca_cert = UNUSED_CA
     # transient_window=0: these tests see each failure as the transport meets it; riding
     # failures out is test_transient_retry.py's.
-    return Kube(k8s_client.ApiClient(configuration=cfg), request_timeout=2.0,
-                watch_grace=GRACE, watch_backoff=backoff, transient_window=0)
+    return kube_at(port, request_timeout=2.0, watch_grace=GRACE, watch_backoff=backoff,
+                   transient_window=0)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -378,9 +370,9 @@ async def test_observe_still_raises_forbidden(api: FakeApi, kube: Kube) -> None:
 
 
 async def test_many_concurrent_observes_all_get_their_events(api: FakeApi, kube: Kube) -> None:
-    """150 watches at once through one Kube, more than the request pool's 100 connections:
+    """110 watches at once through one Kube, more than the request pool's 100 connections:
     every one is open at the same time (none waits for another to end)."""
-    n = 150
+    n = 110
     opened: set[int] = set()
     everyone = asyncio.Event()
 

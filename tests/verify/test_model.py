@@ -1,8 +1,10 @@
 """The readmission protocol, model-checked: verify/readmission.pml through verify/run.py.
 
-The protocol must verify exhaustively, with no error, in under two minutes; the same
-model with the fence removed must produce a counterexample, and so must the variants
-that drop the eviction guard or order the token by equality (docs/readmission-model.md).
+The protocol must verify exhaustively, with no error, in under two minutes, and so must
+its variants with a GET of the Lease before each write or no leadership check at all; the
+same model with the fence removed must produce a counterexample, and so must the variants
+that drop the eviction guard, order the token by equality or count the pods from a cache
+(docs/readmission-model.md).
 Needs spin and gcc; skipped, saying so, when either is absent.
 """
 
@@ -98,7 +100,31 @@ def test_each_rule_of_the_protocol_is_needed(name: str, props: set[str],
 def test_the_variants_come_from_one_model() -> None:
     """NOFENCE and the others are preprocessor switches of verify/readmission.pml."""
     model = Path(run.MODEL).read_text()
-    for macro in ("NOFENCE", "NOEVICTGUARD", "TOKENEQ"):
+    for macro in ("NOFENCE", "NOEVICTGUARD", "TOKENEQ", "CACHEDPODS"):
         assert f"#ifdef {macro}" in model
         assert any(macro in v.defines for v in run.VARIANTS)
     assert _variant("fenced").defines == ()
+
+
+@needs_spin
+@pytest.mark.parametrize("name", ["leaseconfirm", "noleader"])
+def test_the_lease_confirms_add_no_safety(name: str, results: dict[str, run.Result],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 11: with both writes fenced, a GET of the Lease before each write (the
+    protocol's confirms before) verifies no more than the elector's own state does, and
+    with no leadership check in the decision at all the properties still hold."""
+    res = results[name]
+    _show(capsys, res)
+    assert res.errors == 0, res.output
+    assert res.complete, f"the search was truncated:\n{res.output}"
+
+
+@needs_spin
+def test_the_pods_must_be_listed_live(results: dict[str, run.Result],
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The Workload and the TrainJob may come from a cache (their writes are fenced); the
+    pods may not: a cache that has not seen the previous execution's pod approves."""
+    res = results["cachedpods"]
+    _show(capsys, res)
+    assert res.errors >= 1, res.output
+    assert res.prop == "a", res.assertion

@@ -1,0 +1,26 @@
+"""A :class:`Kube` on a plain-HTTP test server (aiohttp's ``web`` on 127.0.0.1).
+
+kubernetes_asyncio is imported when a test connects, not when the suite is collected: it is
+the heaviest import of the suite (about half a second in every test process), and only the
+tests of the transport itself need it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dispatch_kubeflow.kube import Kube
+
+# The server speaks plain HTTP, so no CA is ever used; naming a one-certificate file spares
+# each client (and each stream client) loading the system's CA store (~60 ms each).
+UNUSED_CA = str(Path(__file__).with_name("unused_ca.pem"))
+
+
+def kube_at(port: int, **options: Any) -> Kube:
+    """A Kube of the server on ``port``; ``options`` go to :class:`Kube` as they are."""
+    from kubernetes_asyncio import client as k8s_client
+
+    cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{port}")
+    cfg.ssl_ca_cert = UNUSED_CA
+    return Kube(k8s_client.ApiClient(configuration=cfg), **options)
