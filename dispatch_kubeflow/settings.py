@@ -135,7 +135,9 @@ class TimeoutSettings(_Section):
     request: Duration = Field(timedelta(seconds=10),
                               description=f"one API request: {DURATION_ACCEPTS}")
     start: Duration = Field(timedelta(minutes=2),
-                            description=f"Start waiting for Kueue's Workload: {DURATION_ACCEPTS}")
+                            description="Start riding out the TrainJob webhooks' cache lag for a "
+                                        "new runtime copy, and waiting for Kueue's Workload: "
+                                        f"{DURATION_ACCEPTS}")
     stop_job: Duration = Field(timedelta(minutes=3),
                                description=f"StopJob's passes in all: {DURATION_ACCEPTS}")
     preflight_probe: Duration = Field(

@@ -35,14 +35,14 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.informer import Informers
-from dispatch_kubeflow.kube import KubeAPI
+from dispatch_kubeflow.kube import KubeAPI, retry
 from dispatch_kubeflow.kube.resources import (
     CLUSTER_TRAINING_RUNTIME,
     TRAINING_RUNTIME,
@@ -239,10 +239,13 @@ def owner_reference(trainjob: Mapping[str, Any]) -> dict[str, Any]:
 # --- the writes --------------------------------------------------------------------------------
 
 
-# Trainer's TrainJob webhook looks the runtime up in its informer cache, which may not have
-# seen a copy created a moment ago: it then denies the TrainJob with a field error on
-# spec.runtimeRef (the runtime "not found").
-_RUNTIME_LAG_RETRIES = 8
+# Trainer's and Kueue's TrainJob webhooks look the runtime up in their informer caches, which
+# may not have seen a copy created a moment ago: they then deny the TrainJob on
+# spec.runtimeRef (the runtime "not found"). Usually for milliseconds; but right after an API
+# server restart an informer's watch comes back only after client-go's back-off (up to a
+# minute), and the denials go on that long (seen in CI right after the fault suite).
+RUNTIME_LAG_PATIENCE = 120.0
+"""How long a TrainJob create rides out that lag by default (Start passes timeouts.start)."""
 
 
 KUEUE_TRAINJOB_WEBHOOK = "vtrainjob.kb.io"
@@ -258,21 +261,31 @@ def runtime_not_seen(exc: errors.KubeError) -> bool:
             and exc.names_field("spec.runtimeRef"))
 
 
-async def create_trainjob(kube: KubeAPI, ns: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Create a TrainJob, waiting out Trainer's cache lag for a runtime just created."""
-    delay = 0.1
-    for attempt in range(_RUNTIME_LAG_RETRIES + 1):
+async def create_trainjob(kube: KubeAPI, ns: str, body: dict[str, Any], *,
+                          patience: float = RUNTIME_LAG_PATIENCE,
+                          runtime_there: Callable[[], Awaitable[bool]] | None = None,
+                          ) -> dict[str, Any]:
+    """Create a TrainJob, riding out the webhooks' cache lag for a runtime just created.
+
+    Retries a runtime-not-seen denial for ``patience`` seconds at most, and not at all once
+    ``runtime_there`` says the runtime is gone (a concurrent StopJob removed the copy: the
+    denial is then the truth, and the caller judges again). The create is by name, so a
+    retry can never make a second TrainJob (409 instead).
+    """
+    until = retry.now() + patience
+    delay = 0.1  # doubling to 2 s: quick for the usual milliseconds, light over a minute
+    while True:
         try:
             created: dict[str, Any] = await kube.create(
                 TRAINJOB, body, ns, field_manager=names.ADAPTER_FIELD_MANAGER)
             return created
         except errors.KubeWebhookDenied as exc:
-            if not runtime_not_seen(exc) or attempt == _RUNTIME_LAG_RETRIES:
+            if (not runtime_not_seen(exc) or retry.now() + delay > until
+                    or (runtime_there is not None and not await runtime_there())):
                 raise
-            log.debug("Trainer has not seen the runtime copy yet; retrying in %.1fs", delay)
+            log.debug("%s has not seen the runtime yet; retrying in %.1fs", exc.webhook, delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-    raise AssertionError("unreachable")
+            delay = min(delay * 2, 2.0)
 
 
 _ROUNDS = 4
@@ -294,12 +307,22 @@ async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
     mine = request_doc(req)
     digest = spec_hash(req)
     what_tj, what_rt = f"TrainJob {ns}/{name}", f"TrainingRuntime {ns}/{name}"
+    # One budget for the webhooks' cache lag across the fast path and the rounds.
+    lag_until = retry.now() + settings.timeouts.start.total_seconds()
+
+    def lag_left() -> float:
+        return max(0.0, lag_until - retry.now())
+
+    async def copy_there() -> bool:
+        return await _copy_if_mine(kube, ns, name, digest) is not None
+
     source: dict[str, Any] | None
     try:
         source = await _read_runtime(kube, ns, runtime)
     except errors.SpecError:
         source = None  # a repeated Start needs no runtime; the rounds say so if one does
-    tj = (await _fresh(kube, ns, name, source, req, settings, mode, image, digest, mine)
+    tj = (await _fresh(kube, ns, name, source, req, settings, mode, image, digest, mine,
+                       patience=lag_left(), runtime_there=copy_there)
           if source is not None else None)
     if tj is None:  # not the first Start, or raced: judge from what is there
         for _ in range(_ROUNDS):
@@ -329,7 +352,8 @@ async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
             try:
                 tj = await create_trainjob(
                     kube, ns, trainjob_body(req, settings, mode, name=name, image=image,
-                                           digest=digest))
+                                           digest=digest),
+                    patience=lag_left(), runtime_there=copy_there)
             except errors.KubeConflict:
                 continue  # a concurrent Start made it: the next round judges it
             except errors.KubeWebhookDenied as exc:
@@ -355,7 +379,8 @@ async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
 
 async def _fresh(kube: KubeAPI, ns: str, name: str, source: Mapping[str, Any],
                  req: StartRequest, settings: Settings, mode: StartMode, image: Image,
-                 digest: str, mine: Mapping[str, Any]) -> dict[str, Any] | None:
+                 digest: str, mine: Mapping[str, Any], *, patience: float,
+                 runtime_there: Callable[[], Awaitable[bool]]) -> dict[str, Any] | None:
     """The first Start of a job, in the fewest requests: create the copy, create the
     TrainJob, make the TrainJob own the copy. None when anything was there before or changed
     meanwhile: the rounds of :func:`start` then judge from what is there.
@@ -371,7 +396,8 @@ async def _fresh(kube: KubeAPI, ns: str, name: str, source: Mapping[str, Any],
         return None  # a copy is there: another Start's, or an earlier one's
     try:
         tj = await create_trainjob(
-            kube, ns, trainjob_body(req, settings, mode, name=name, image=image, digest=digest))
+            kube, ns, trainjob_body(req, settings, mode, name=name, image=image, digest=digest),
+            patience=patience, runtime_there=runtime_there)
     except errors.KubeConflict:
         return None
     except errors.KubeWebhookDenied as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -226,10 +227,47 @@ class DeniesFirst:
 
 
 @pytest.mark.asyncio(loop_scope="session")
+@pytest.mark.virtual_time
 async def test_start_retries_while_trainer_has_not_seen_the_runtime() -> None:
     kube = DeniesFirst(2)
     created = await create_trainjob(kube, "ns", {"metadata": {"name": "tj"}})  # type: ignore[arg-type]
     assert (kube.creates, created["metadata"]["uid"]) == (3, "u1")
+
+
+@pytest.mark.asyncio(loop_scope="session")
+@pytest.mark.virtual_time
+async def test_start_rides_out_a_lag_of_a_minute_and_no_longer_than_its_patience() -> None:
+    # After an API server restart a webhook's informer comes back only after client-go's
+    # back-off: CI saw Kueue's webhook deny for longer than the 5.5 s Start once waited.
+    loop = asyncio.get_running_loop()
+    slow = DeniesFirst(40)  # 40 denials, at most 2 s apart: over a minute
+    began = loop.time()
+    await create_trainjob(slow, "ns", {"metadata": {"name": "tj"}}, patience=120)  # type: ignore[arg-type]
+    assert slow.creates == 41
+    assert loop.time() - began > 60
+    endless = DeniesFirst(10**6)
+    began = loop.time()
+    with pytest.raises(errors.KubeWebhookDenied):
+        await create_trainjob(endless, "ns", {"metadata": {"name": "tj"}}, patience=3)  # type: ignore[arg-type]
+    # 0.1 + 0.2 + 0.4 + 0.8 s waited; the next 1.6 s would pass the 3 s
+    assert (endless.creates, round(loop.time() - began, 1)) == (5, 1.5)
+
+
+@pytest.mark.asyncio(loop_scope="session")
+@pytest.mark.virtual_time
+async def test_start_stops_riding_out_the_lag_once_the_runtime_is_gone() -> None:
+    kube = DeniesFirst(10**6)
+    answers = iter([True, False])
+    asked: list[bool] = []
+
+    async def runtime_there() -> bool:
+        asked.append(next(answers))
+        return asked[-1]
+
+    with pytest.raises(errors.KubeWebhookDenied):
+        await create_trainjob(kube, "ns", {"metadata": {"name": "tj"}},  # type: ignore[arg-type]
+                              runtime_there=runtime_there)
+    assert (kube.creates, asked) == (2, [True, False])
 
 
 @pytest.mark.asyncio(loop_scope="session")
