@@ -7,6 +7,7 @@ import base64
 import importlib
 import json
 import logging
+import random
 import socket
 from pathlib import Path
 from types import ModuleType
@@ -256,15 +257,28 @@ def test_kopf_gets_our_identity_and_never_looks_up_the_user(
 
 
 # --- startup ------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports below the kernel's ephemeral range. A port that bind(0) hands
+    out lies in that range, where any outgoing connection (another xdist worker's) may take it
+    before the server binds it: that made this test fail with EADDRINUSE about once in ten
+    suite runs on a busy machine."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports: list[int] = []
+    for port in random.sample(range(max(1024, low - 12000), low), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == n:
+            return ports
+    raise AssertionError(f"no {n} free ports below {low}")
 
 
 @pytest.mark.asyncio
 async def test_a_startup_that_failed_midway_can_be_retried() -> None:
-    health, hook = _free_port(), _free_port()
+    health, hook = _free_ports(2)
     controller = Controller(kube=None, config=Config(  # type: ignore[arg-type]
         identity="t", health_listen=f"127.0.0.1:{health}", webhook_listen=f"127.0.0.1:{hook}"))
     reads = 0
