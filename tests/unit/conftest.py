@@ -19,3 +19,11 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item
             and item.get_closest_marker("wall_clock") is None):
         return {"virtual-time": VirtualTimeLoop}
     return {"asyncio": asyncio.new_event_loop}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # An unclosed aiohttp response or socket is an error here, where the transport is tested
+    # on real loopback servers (the ini ignores ResourceWarning for the cluster suite, whose
+    # clients the kubernetes library owns).
+    for item in items:
+        item.add_marker(pytest.mark.filterwarnings("error::ResourceWarning"))
