@@ -159,17 +159,20 @@ async def test_background_deletion_collects_the_jobset_jobs_and_pods(
 
 async def test_admission_check_holds_a_reserved_workload_until_ready(
         kube: Kube, namespace: str) -> None:
-    check = "dispatch-admission"
-    ac = await kube.get(r.ADMISSION_CHECK, check)
-    if not is_true(ac, "Active"):
-        # No check controller runs in this test: act as one and mark the check Active.
-        await kube.patch(r.ADMISSION_CHECK, check, {
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
-            "metadata": {"name": check},
-            "status": {"conditions": [{"type": "Active", "status": "True", "reason": "Active",
-                                       "message": "set by the local cluster test",
-                                       "lastTransitionTime": _now()}]},
-        }, subresource="status", kind="apply", field_manager="dispatch-local-test", force=True)
+    # A check of its own, whose controllerName no controller serves: the dispatch controller
+    # (deployed or not, whatever ran before) never approves it, so Kueue alone is tested.
+    check = f"local-test-{namespace}"[:63]
+    await kube.create(r.ADMISSION_CHECK, {
+        "metadata": {"name": check},
+        "spec": {"controllerName": "dispatch.phpboyscout.uk/local-cluster-test"}})
+    # This test acts as its controller: the check must be Active for the queue to admit.
+    await kube.patch(r.ADMISSION_CHECK, check, {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+        "metadata": {"name": check},
+        "status": {"conditions": [{"type": "Active", "status": "True", "reason": "Active",
+                                   "message": "set by the local cluster test",
+                                   "lastTransitionTime": _now()}]},
+    }, subresource="status", kind="apply", field_manager="dispatch-local-test", force=True)
     await make_queues(kube, namespace, checks=[check])
     try:
         tj = await kube.create(r.TRAINJOB, trainjob("checked", "echo checked"), namespace)
@@ -187,8 +190,7 @@ async def test_admission_check_holds_a_reserved_workload_until_ready(
         while time.monotonic() < until:
             w = await workload_of(kube, namespace, uid)
             assert w is not None
-            if any(c["state"] == "Ready" for c in w["status"].get("admissionChecks", [])):
-                pytest.skip("a dispatch admission controller is running and approved the check")
+            assert [c["state"] for c in w["status"].get("admissionChecks", [])] == ["Pending"]
             assert not is_true(w, "Admitted")
             assert await pods_of(kube, namespace, "checked") == []
         await kube.patch(r.WORKLOAD, wl["metadata"]["name"], {
@@ -214,6 +216,7 @@ async def test_admission_check_holds_a_reserved_workload_until_ready(
     finally:
         await kube.delete(r.TRAINJOB, "checked", namespace)
         await delete_cluster_queue(kube, namespace)
+        await kube.delete(r.ADMISSION_CHECK, check)
 
 
 async def test_failed_container_makes_jobset_restart(kube: Kube, namespace: str) -> None:
