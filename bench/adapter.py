@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from floor import gone
+
 from dispatch_kubeflow import (
     Actor,
     ActorKind,
@@ -340,17 +342,7 @@ async def bare_lifecycle(ns: str) -> list[tuple[str, int]]:
         # The pods may not have been created yet (the TrainJob was only resumed), so a watch
         # without a resourceVersion could wait for an event that never comes: list, then
         # watch from the list.
-        pods, rv = await kube.list(r.POD, ns, label_selector=pods_sel)                  # 14
-        left = {p["metadata"]["name"] for p in pods}
-        while left:
-            async for ev in kube.watch(r.POD, ns, resource_version=rv,                  # 15
-                                       label_selector=pods_sel):
-                if ev.type == "DELETED":
-                    left.discard(ev.object["metadata"]["name"])
-                elif ev.type == "ADDED":
-                    left.add(ev.object["metadata"]["name"])
-                if not left:
-                    break
+        await gone(kube, r.POD, ns, label_selector=pods_sel)                            # 14, 15
         count("stop (until nothing remains)")
     finally:
         await kube.close()

@@ -62,6 +62,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from floor import gone
+
 from dispatch_kubeflow import (
     Backend,
     DeadlineExceeded,
@@ -418,28 +420,6 @@ async def bare_job(kube: Kube, ns: str, i: int) -> tuple[dict[str, int], float, 
     began = now()
     counts["stop"] += await bare_stop(kube, ns, tj)
     return counts, now() - began, is_true(seen.get(name) or {}, "Complete")
-
-
-async def gone(kube: Kube, res: Any, ns: str, *, label_selector: str | None = None,
-               field_selector: str | None = None) -> int:
-    """Until nothing the selector names is left: a list, then (if it held anything) a watch
-    from its version until each listed object is deleted. Its requests."""
-    items, rv = await kube.list(res, ns, label_selector=label_selector,
-                                field_selector=field_selector)
-    left = {o["metadata"]["name"] for o in items}
-    requests = 1
-    while left:
-        requests += 1
-        async for ev in kube.watch(res, ns, resource_version=rv, label_selector=label_selector,
-                                   field_selector=field_selector):
-            rv = ev.object["metadata"]["resourceVersion"]
-            if ev.type == "DELETED":
-                left.discard(ev.object["metadata"]["name"])
-            elif ev.type == "ADDED":
-                left.add(ev.object["metadata"]["name"])
-            if not left:
-                break
-    return requests
 
 
 async def bare_stop(kube: Kube, ns: str, tj: Obj) -> int:
