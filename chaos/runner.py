@@ -333,7 +333,9 @@ def backend_settings(kubeconfig: str, namespace: str) -> dict[str, Any]:
         "kueue": {"localQueue": QUEUE, "admissionCheck": names.ADMISSION_CHECK},
         # transient 90 s: the local cluster's API server takes up to ~45 s to restart on two
         # busy cores, longer than the library's default window of 30 s a request.
-        "timeouts": {"request": "10s", "stopJob": "2m", "preflightProbe": "5s",
+        # preflightProbe: the probe ends as soon as Kueue reports it gated (probeWatch
+        # "proof"); the bound only matters on a loaded cluster, where 5 s was too short.
+        "timeouts": {"request": "10s", "stopJob": "2m", "preflightProbe": "20s",
                      "transient": "90s"},
     }
 
@@ -551,6 +553,10 @@ class JobState:
     variant: str = ""  # the request variant the current submission was started with
 
 
+class NotJudged(Exception):
+    """A run that cannot be judged; the message says why (the run's recorded error)."""
+
+
 @dataclass
 class RunResult:
     seed: int
@@ -605,8 +611,7 @@ class Run:
         faults = Faults(kube, self.cluster, self.rng)
         try:
             await self._setup(kube)
-            async with await Backend.connect(
-                    backend_settings(self.kubeconfig, self.namespace)) as be:
+            async with await self._backend() as be:
                 await self._start_jobs(be)
                 await self._schedule(be, faults)
                 await self._settle(be)
@@ -626,6 +631,23 @@ class Run:
                                               for o in self.rec.ops
                                               if o.op.startswith("fault:")))
         return self.result
+
+    async def _backend(self) -> Backend:
+        """A Backend that may Start. An observe-only one (its preflight could not prove a
+        capability: a loaded Kueue slow to report the probe gated) refuses every Start, and
+        a run judged on it would pass with nothing run (seed 9504). So it is opened again
+        once, and if it stays observe-only the run ends unjudged, saying why."""
+        for attempt in (1, 2):
+            be = await Backend.connect(backend_settings(self.kubeconfig, self.namespace))
+            if not be.observe_only:
+                return be
+            reasons = "; ".join(be.observe_only_reasons)
+            await be.close()
+            if attempt == 1:
+                print(f"chaos: the Backend is observe-only ({reasons}); opening it again",
+                      file=sys.stderr)
+                await asyncio.sleep(5)
+        raise NotJudged(f"the Backend stayed observe-only, nothing could start: {reasons}")
 
     async def _setup(self, kube: Kube) -> None:
         self.host_dir.mkdir(parents=True, exist_ok=True)

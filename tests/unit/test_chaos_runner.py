@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from chaos import runner
 from chaos.checker import check_calls
 from chaos.history import Final, read_operations
-from dispatch_kubeflow import ConflictError, DeadlineExceeded, JobID
+from dispatch_kubeflow import Backend, ConflictError, DeadlineExceeded, JobID
 
 
 def test_the_plan_is_a_function_of_the_seed() -> None:
@@ -217,3 +218,49 @@ def test_the_campaign_table_sums_runs_and_counts_verdicts(tmp_path: Path) -> Non
     assert "seed 8: (a) overlap" in text
     assert "seed 9: RuntimeError: boom" in text
     assert campaign.main([str(path)]) == 1
+
+
+class _Connects:
+    """Backend.connect, answering observe-only backends first (a loaded Kueue)."""
+
+    def __init__(self, observe_only: list[bool]) -> None:
+        self.answers = list(observe_only)
+        self.opened: list[_Backend] = []
+
+    async def __call__(self, settings: dict[str, object]) -> _Backend:
+        be = _Backend(self.answers.pop(0))
+        self.opened.append(be)
+        return be
+
+
+class _Backend:
+    def __init__(self, observe_only: bool) -> None:
+        self.observe_only = observe_only
+        self.observe_only_reasons = ["StartGate: unknown (probe not reported gated)"]
+        self.closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def _run(tmp_path: Path) -> runner.Run:
+    return runner.Run(seed=9500, index=4, kubeconfig="k", cluster=None, out=tmp_path, jobs=1,
+                      ops=1, faults=[], skipped_faults="")
+
+
+@pytest.mark.asyncio
+@pytest.mark.virtual_time
+async def test_an_observe_only_backend_is_opened_again_then_the_run_is_not_judged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Seed 9504: the Backend came up observe-only, every Start was refused, and the run
+    # passed with nothing run.
+    again = _Connects([True, False])
+    monkeypatch.setattr(Backend, "connect", again)
+    be = await _run(tmp_path)._backend()
+    assert cast(object, be) is again.opened[1]
+    assert [b.closed for b in again.opened] == [True, False]
+    never = _Connects([True, True])
+    monkeypatch.setattr(Backend, "connect", never)
+    with pytest.raises(runner.NotJudged, match=r"observe-only.*StartGate: unknown"):
+        await _run(tmp_path)._backend()
+    assert [b.closed for b in never.opened] == [True, True]
