@@ -80,6 +80,11 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
     lines += ["", f"runs with a violation or an error: {len(bad)}"]
     lines += [f"  seed {r['seed']}: {r.get('error') or '; '.join(r.get('violations') or [])}"[:300]
               for r in bad]
+    # A judged run in which nothing ran proves little (seed 9504 passed so, on a Backend that
+    # refused every Start): listed, so that the count of runs is not taken at face value.
+    empty = [r for r in runs if r not in bad and not r.get("executions")]
+    lines += [f"judged runs in which nothing ran: {len(empty)}"
+              + (f" (seeds {_seeds([int(r['seed']) for r in empty])})" if empty else "")]
     return "\n".join(lines)
 
 

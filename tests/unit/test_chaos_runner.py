@@ -207,14 +207,16 @@ def test_the_campaign_table_sums_runs_and_counts_verdicts(tmp_path: Path) -> Non
            "verdicts": {**passed, "a": False}, "violations": ["(a) overlap"],
            "ok": False}
     lost = {**ok, "seed": 9, "verdicts": {}, "error": "RuntimeError: boom", "ok": False}
+    empty = {**ok, "seed": 11, "executions": 0, "ledger_lines": 0}
     path = tmp_path / "runs.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in (ok, bad, lost)))
+    path.write_text("".join(json.dumps(r) + "\n" for r in (ok, bad, lost, empty)))
     text = campaign.table(campaign.load([path]))
-    assert "runs: 3; seeds 7-9" in text
-    assert "| node-cut | 4 | 0 |" in text
+    assert "runs: 4; seeds 7-9, 11" in text
+    assert "judged runs in which nothing ran: 1 (seeds 11)" in text
+    assert "| node-cut | 5 | 0 |" in text
     assert "| node-pause | 1 | 1 |" in text
-    assert "| a | 2 | 1 | 1 |" not in text  # the error run is not judged, not passed
-    assert "| a | 1 | 1 | 1 |" in text
+    assert "| a | 3 | 1 | 1 |" not in text  # the error run is not judged, not passed
+    assert "| a | 2 | 1 | 1 |" in text
     assert "seed 8: (a) overlap" in text
     assert "seed 9: RuntimeError: boom" in text
     assert campaign.main([str(path)]) == 1
