@@ -58,6 +58,13 @@ if [ -d "$STATE" ] || [ -d "$RUN" ]; then
     [ -S "$sock" ] || continue
     pkill -KILL -f "containerd-shim-runc-v2 -namespace k8s.io .*-address $sock" 2>/dev/null
   done
+  # Not always: a container whose shim is killed may go on running, re-parented to init
+  # (seen: both controller replicas of a cluster left running after a fault campaign). Every
+  # process of a node lives under its cgroup root, so kill what those still hold.
+  for node in "${NODES[@]}"; do
+    find /sys/fs/cgroup/*/"dispatch-$node" -name cgroup.procs -exec cat {} + 2>/dev/null \
+      | sort -u | xargs -r kill -KILL 2>/dev/null
+  done
   for f in "$STATE"/pids/containerd-*; do [ -e "$f" ] && stop_pids "$(basename "$f")"; done
   # Anything still running from this cluster's directories (shims, pods' processes).
   for d in "$STATE" "$RUN"; do pkill -KILL -f -- "$d/" 2>/dev/null; done
