@@ -170,57 +170,67 @@ SLOW_TERM = ("env | grep ^DISPATCH_ | sort; echo ready; "
 async def test_a_rises_once_per_admission_and_waits_for_terminating_pods(
         kube: Kube, ns: str, admission: AdmissionHandle) -> None:
     await admission.deployed(kube)
-    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
-    try:
-        await wait_ready(kube, ns, tj)
-        assert await admission_count(kube, ns, tj) == 1
-        pods = await wait_running_pods(kube, ns, tj, 2, "ready")
-        env = env_of(await pod_log(kube, ns, pods[0]["metadata"]["name"]))
-        assert env["DISPATCH_ATTEMPT"] == f"{job_id}.1.1.1.0"
-        assert env["DISPATCH_EPOCH"] == "1000001"
+    with History(kube, ns) as history:
+        job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
+        try:
+            await wait_ready(kube, ns, tj)
+            assert await admission_count(kube, ns, tj) == 1
+            pods = await wait_running_pods(kube, ns, tj, 2, "ready")
+            env = env_of(await pod_log(kube, ns, pods[0]["metadata"]["name"]))
+            assert env["DISPATCH_ATTEMPT"] == f"{job_id}.1.1.1.0"
+            assert env["DISPATCH_EPOCH"] == "1000001"
 
-        # Deactivate and reactivate: the old pods take ~4 s to go (TERM trap).
-        wl = await workload(kube, ns, tj)
-        assert wl is not None
-        await set_active(kube, ns, wl, False)
-        await eventually(lambda: _terminating(kube, ns, tj), 60, "old pods terminating")
-        await set_active(kube, ns, wl, True)
+            # Deactivate and reactivate: the old pods take ~4 s to go (TERM trap).
+            wl = await workload(kube, ns, tj)
+            assert wl is not None
+            await set_active(kube, ns, wl, False)
+            await eventually(lambda: _terminating(kube, ns, tj), 60, "old pods terminating")
+            await set_active(kube, ns, wl, True)
 
-        async def waiting() -> Obj | None:
-            w = await workload(kube, ns, tj)
-            st = check_state(w)
-            return st if st.get("state") == "Pending" and "waiting for" in st.get(
-                "message", "") else None
-        st = await eventually(waiting, 60, "the check Pending, waiting for old pods", 0.1)
-        assert st["message"].endswith("pods of the previous execution to go")
-        assert await admission_count(kube, ns, tj) == 1  # not raised while pods remain
+            async def waiting() -> Obj | None:
+                w = await workload(kube, ns, tj)
+                st = check_state(w)
+                return st if st.get("state") == "Pending" and "waiting for" in st.get(
+                    "message", "") else None
+            st = await eventually(waiting, 60, "the check Pending, waiting for old pods", 0.1)
+            assert st["message"].endswith("pods of the previous execution to go")
+            assert await admission_count(kube, ns, tj) == 1  # not raised while pods remain
 
-        # Watch the moment the last old pod goes and the moment the check goes Ready.
-        gone_at = ready_at = 0.0
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not ready_at:
-            left = await pods_of(kube, ns, tj)
-            old = [p for p in left if p["metadata"].get("deletionTimestamp")]
-            w = await workload(kube, ns, tj)
-            if check_state(w).get("state") == "Ready":
-                ready_at = time.monotonic()
-                assert not old, "check Ready while an old pod still exists"
-                # Both in one look (the list, then the Workload): the pods went first.
-                gone_at = gone_at or ready_at
-            elif not old and not gone_at:
-                gone_at = time.monotonic()
-            await asyncio.sleep(0.05)
-        assert ready_at, dump_logs(admission)
-        assert gone_at, "never saw the old pods gone before Ready"
-        assert ready_at - gone_at < 1.0, f"Ready {ready_at - gone_at:.2f}s after the last pod"
-        assert await admission_count(kube, ns, tj) == 2
-        pods = await wait_running_pods(kube, ns, tj, 2, "ready")
-        env = env_of(await pod_log(kube, ns, pods[0]["metadata"]["name"]))
-        assert env["DISPATCH_ATTEMPT"] == f"{job_id}.1.1.2.0"
-        assert env["DISPATCH_EPOCH"] == "1000002"
-        assert await raised_events(kube, ns, tj, want=2) == 2
-    finally:
-        await kube.delete(r.TRAINJOB, tj, ns)
+            # Watch the moment the last old pod goes and the moment the check goes Ready. The
+            # Workload is read before the pods: a Ready seen, then an old pod listed after it, is
+            # a pod that outlived the Ready. (The other order is no evidence: the last pod may go
+            # and the check turn Ready between the list and the read; CI once saw just that.)
+            gone_at = ready_at = 0.0
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and not ready_at:
+                w = await workload(kube, ns, tj)
+                left = await pods_of(kube, ns, tj)
+                old = [p for p in left if p["metadata"].get("deletionTimestamp")]
+                if check_state(w).get("state") == "Ready":
+                    ready_at = time.monotonic()
+                    assert not old, "an old pod still exists after the check went Ready"
+                    gone_at = gone_at or ready_at
+                elif not old and not gone_at:
+                    gone_at = time.monotonic()
+                await asyncio.sleep(0.05)
+            assert ready_at, dump_logs(admission)
+            assert gone_at, "never saw the old pods gone before Ready"
+            assert ready_at - gone_at < 1.0, f"Ready {ready_at - gone_at:.2f}s after the last pod"
+            assert await admission_count(kube, ns, tj) == 2
+            pods = await wait_running_pods(kube, ns, tj, 2, "ready")
+            env = env_of(await pod_log(kube, ns, pods[0]["metadata"]["name"]))
+            assert env["DISPATCH_ATTEMPT"] == f"{job_id}.1.1.2.0"
+            assert env["DISPATCH_EPOCH"] == "1000002"
+            assert await raised_events(kube, ns, tj, want=2) == 2
+
+            # The same promise in the server's order (resourceVersions), not the poll's: no pod
+            # of the job existed at either Ready, and A rose once per admission.
+            await asyncio.sleep(1)  # the watches catch up
+            bad, a_values, readies = history.violations(tj)
+            assert bad == [], dump_logs(admission)
+            assert (a_values, readies) == ([0, 1, 2], 2)
+        finally:
+            await kube.delete(r.TRAINJOB, tj, ns)
 
 
 async def _terminating(kube: Kube, ns: str, tj: str) -> bool:
