@@ -48,6 +48,7 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -126,6 +127,11 @@ async def bounded(n: int, coros: Iterable[Awaitable[T]]) -> list[T | BaseExcepti
 
 
 # --- processes --------------------------------------------------------------------------------
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS so far, MB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _rss_mb(pid: int) -> float:
@@ -465,6 +471,8 @@ class Phase:
     bad_a: int | None = None
     early_deadlines: int | None = None
     peak_rss: dict[str, float] = field(default_factory=dict)
+    rss_by_call: dict[str, float] = field(default_factory=dict)
+    """The client's own peak RSS (MB) when each call's batch had ended: which call grows it."""
     cpu: dict[str, float] = field(default_factory=dict)
     watches: dict[str, int] = field(default_factory=dict)
     idle_watches: dict[str, int] = field(default_factory=dict)
@@ -590,6 +598,7 @@ async def dispatch_client(kubeconfig: str, ns: str, n: int) -> Phase:
             nonlocal last
             ph.requests[call] = (kube.requests - last) / n
             last = kube.requests
+            ph.rss_by_call[call] = peak_rss_mb()
         refs: list[ObjectRef] = list(await asyncio.gather(
             *(backend.start(StartRequest(j, 1, 1, SPEC)) for j in jobs)))
         count("start")
@@ -908,6 +917,8 @@ def table(d: Phase, f: Phase) -> None:
     row("waits ended early (DeadlineExceeded)", d.early_deadlines, None)
     for name in d.peak_rss:
         row(f"peak RSS MB: {name}", d.peak_rss[name] or None, f.peak_rss.get(name) or None)
+    for call, mb in d.rss_by_call.items():
+        row(f"peak RSS MB: client, {call} done", mb, f.rss_by_call.get(call))
     for name in d.cpu:
         row(f"CPU s: {name}", d.cpu[name], f.cpu.get(name), ".1f")
     for res in WATCHED:

@@ -52,6 +52,20 @@ class Ran:
     err: str
 
 
+def _sigint_default() -> None:
+    """In the child before exec: SIGINT as at a terminal. A runner started in the background
+    of a shell without job control (``cmd &`` in a script) ignores SIGINT, every child
+    inherits the ignore, and Python then keeps it: Ctrl-C would reach no CLI under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+async def interruptible(*args: str) -> asyncio.subprocess.Process:
+    """The CLI with ``args``, its output piped, to be sent SIGINT as Ctrl-C would."""
+    return await asyncio.create_subprocess_exec(
+        *CLI, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=_sigint_default)
+
+
 async def kd(settings_file: Path | None, *args: str, timeout: float = 180,
              env: dict[str, str] | None = None) -> Ran:
     """Run one command to its end."""
@@ -168,9 +182,7 @@ async def test_every_command(lib: Backend, settings_file: Path, ns: str) -> None
     rank1 = await eventually(lambda: log_has("--rank", "1", marker="out-1"), 60, "rank 1")
     assert "DISPATCH_ATTEMPT" in rank1
 
-    follow = await asyncio.create_subprocess_exec(
-        *CLI, "logs", job, "-f", "--settings", str(settings_file),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    follow = await interruptible("logs", job, "-f", "--settings", str(settings_file))
     assert follow.stdout is not None
     seen = 0
     while seen < 3:  # the log goes on arriving while the container runs
@@ -184,9 +196,7 @@ async def test_every_command(lib: Backend, settings_file: Path, ns: str) -> None
     for reason in ("AdmissionCountRaised", "AdmissionCheckReady", "Scheduled", "Started"):
         assert re.search(rf"\s{reason}\s", events.out), (reason, events.out)
 
-    watcher = await asyncio.create_subprocess_exec(
-        *CLI, "events", job, "-w", "--settings", str(settings_file),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    watcher = await interruptible("events", job, "-w", "--settings", str(settings_file))
     assert watcher.stdout is not None
     held = await kd(settings_file, "hold", job, "--instance", "1", "--until", "1h",
                     "--reason", "the cli test")
@@ -309,9 +319,8 @@ async def test_stop_interrupted_says_what_it_deleted(lib: Backend,
     job, ref = await started(lib)
     await lib.open(ref)
     await running_with_pods(lib, ref, 2)
-    proc = await asyncio.create_subprocess_exec(
-        *CLI, "stop", job, "--reason", "interrupted", "--settings", str(settings_file),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await interruptible("stop", job, "--reason", "interrupted", "--settings",
+                               str(settings_file))
     assert proc.stderr is not None
     first = await asyncio.wait_for(proc.stderr.readline(), 60)
     assert first.startswith(f"stopping job {job}: ".encode()), first
