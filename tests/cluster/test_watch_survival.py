@@ -15,9 +15,13 @@ import logging
 import os
 import subprocess
 import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import pytest_asyncio
 
 from dispatch_kubeflow import Backend, JobID, ObjectState, Observation, StartRequest, errors
 from dispatch_kubeflow.core import names
@@ -39,13 +43,41 @@ DOWN_SECONDS = 3
 END = (ObjectState.SUCCEEDED, ObjectState.FAILED)
 
 
-@pytest.fixture
-def restartable(kubeconfig: str) -> str:
-    """The local cluster's name, when the test cluster is it and we may restart it."""
+@pytest_asyncio.fixture
+async def restartable(kubeconfig: str, kube: Kube) -> AsyncIterator[str]:
+    """The local cluster's name, when the test cluster is it and we may restart it. After
+    the test, waits until the cluster's own controllers work again (see :func:`settled`)."""
     why = why_not_local(kubeconfig, LOCAL_CLUSTER)
     if why:
         pytest.skip(f"{why}: its apiserver cannot be restarted from here")
-    return LOCAL_CLUSTER
+    yield LOCAL_CLUSTER
+    await settled(kube)
+
+
+async def settled(kube: Kube, limit: float = 120) -> None:
+    """Every node Ready and the controller-manager's controllers answering again: a new
+    namespace gets its ``default`` ServiceAccount.
+
+    Right after a restart the API server answers before its authorizers have synced: the
+    controller-manager's watches meet 403s and back off (up to 30 s, client-go's reflector),
+    and so once left the next test's fresh namespace without a ServiceAccount for over 15 s
+    (the Backend's preflight then went observe-only). The next test starts on a cluster that
+    works, not on one still coming back."""
+    probe = f"settle-{uuid.uuid4().hex[:8]}"
+    await eventually(lambda: nodes_ready(kube), limit, "every node Ready after the restart")
+    await kube.create(r.NAMESPACE, {"metadata": {"name": probe}})
+    try:
+        await eventually(lambda: kube.get_or_none(r.SERVICE_ACCOUNT, "default", probe), limit,
+                         f"the default ServiceAccount of a new namespace {probe}")
+    finally:
+        await kube.delete(r.NAMESPACE, probe, propagation="Background")
+
+
+async def nodes_ready(kube: Kube) -> bool:
+    nodes, _ = await kube.list(r.NODE)
+    return bool(nodes) and all(
+        any(c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (n.get("status") or {}).get("conditions") or []) for n in nodes)
 
 
 async def restart_apiserver(name: str) -> float:
@@ -97,9 +129,11 @@ async def test_the_controller_approves_an_admission_after_an_apiserver_restart(
     await wait_ready(kube, ns, first)
     # Counted before, not assumed zero: an earlier test (the fault suite's SIGSTOP) may have
     # had a replica restarted by its liveness probe, as it should.
-    before = await controller_restarts(kube)
+    before = await controller_pods(kube)
+    assert not any(pod.ending for pod in before.values()), before
 
-    await restart_apiserver(restartable)
+    took = await restart_apiserver(restartable)
+    logging.getLogger(__name__).warning("apiserver restart took %.1fs", took)
     # The Lease may have lapsed while the apiserver was away: a replica takes it again.
     await admission.deployed(kube, limit=60)
     # Right after the restart the webhooks' informers may still be away (client-go's back-off):
@@ -110,18 +144,59 @@ async def test_the_controller_approves_an_admission_after_an_apiserver_restart(
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{dump_logs(admission)}") from None
     # The replicas rode it out: none crashed or was restarted by its liveness probe.
-    after = await controller_restarts(kube)
+    after = await controller_pods(kube)
     assert after
-    assert after == before, f"{before} -> {after}\n{dump_logs(admission)}"
+    # A crash or a liveness-probe kill restarts the container in its pod (restartPolicy
+    # Always): it shows as a restart count, never as a new pod. A replica replaced by a new
+    # pod was ended by the cluster (CI saw both replicas replaced once, on a busy machine,
+    # its cause not recorded; on a quiet machine 3, 25 and 40 s outages replaced nothing):
+    # say what ended it, then judge the restart counts of every pod there is.
+    replaced = sorted(name for name in before if name not in after or after[name].ending)
+    why = (f"{before} -> {after}, restart {took:.1f}s, replaced: "
+           f"{await why_ended(kube, replaced)}\n{dump_logs(admission)}")
+    if replaced:
+        logging.getLogger(__name__).warning("%s", why)
+    assert all(after[name].restarts == pod.restarts for name, pod in before.items()
+               if name in after), why
+    assert all(pod.restarts == 0 for name, pod in after.items() if name not in before), why
 
 
-async def controller_restarts(kube: Kube) -> dict[str, int]:
-    """Container restarts of each controller pod, by pod name."""
+@dataclass(frozen=True)
+class ControllerPod:
+    restarts: int
+    """Container restarts."""
+    ending: str
+    """Why the cluster is ending it ("" when it is not): its deletion, its phase and reason,
+    its DisruptionTarget condition."""
+
+
+async def controller_pods(kube: Kube) -> dict[str, ControllerPod]:
+    """The controller's pods by name."""
     pods, _ = await kube.list(r.POD, names.CONTROLLER_NAMESPACE,
                               label_selector=f"app.kubernetes.io/name={DEPLOYMENT_NAME}")
-    return {p["metadata"]["name"]: sum(c.get("restartCount", 0) for c in
-                                       p["status"].get("containerStatuses") or [])
-            for p in pods}
+    out = {}
+    for p in pods:
+        st = p.get("status") or {}
+        disruption = [f"{c.get('reason')}: {c.get('message')}"
+                      for c in st.get("conditions") or [] if c.get("type") == "DisruptionTarget"]
+        ending = [*(["deleting"] if p["metadata"].get("deletionTimestamp") else []),
+                  *([f"{st.get('phase')} {st.get('reason', '')}"]
+                    if st.get("phase") in ("Failed", "Succeeded") else []),
+                  *disruption]
+        out[p["metadata"]["name"]] = ControllerPod(
+            restarts=sum(c.get("restartCount", 0) for c in st.get("containerStatuses") or []),
+            ending="; ".join(ending))
+    return out
+
+
+async def why_ended(kube: Kube, pods: list[str]) -> dict[str, list[str]]:
+    """The Events about these controller pods (diagnosis only: Events are best effort)."""
+    if not pods:
+        return {}
+    events, _ = await kube.list(r.EVENT, names.CONTROLLER_NAMESPACE)
+    return {name: [f"{ev.get('reportingController')} {ev.get('reason')}: {ev.get('note')}"
+                   for ev in events if (ev.get("regarding") or {}).get("name") == name]
+            for name in pods}
 
 
 CONFIG_MAP = Resource("", "v1", "configmaps", "ConfigMap")
