@@ -42,6 +42,16 @@ def _seconds(value: str) -> float:
     return v
 
 
+def _workers(value: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if not 1 <= v <= 64:
+        raise argparse.ArgumentTypeError(f"must be 1 to 64, got {value!r}")
+    return v
+
+
 def _url(value: str) -> str:
     u = urlparse(value)
     if u.scheme != "https" or not u.hostname:
@@ -91,6 +101,9 @@ def parser() -> argparse.ArgumentParser:
     a("--metrics-listen", type=_listen, default=None, help="host:port for /metrics (off if unset)")
     a("--health-listen", type=_listen, default=None,
       help="host:port for /healthz and /readyz (off if unset)")
+    a("--workers", type=_workers, default=8,
+      help="Workloads judged at once (default %(default)s); one Workload is never judged by "
+           "two at a time, and each decision still rests on a live LIST of its job's pods")
     a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -103,7 +116,8 @@ def config_from(ns: argparse.Namespace) -> Config:
         retry_period=ns.retry_period, webhook_listen=ns.webhook_listen,
         webhook_url=ns.webhook_url or "", webhook_service=ns.webhook_service or "",
         tls_cert=ns.tls_cert, tls_key=ns.tls_key, tls_ca=ns.tls_ca, tls_secret=ns.tls_secret,
-        metrics_listen=ns.metrics_listen or "", health_listen=ns.health_listen or "")
+        metrics_listen=ns.metrics_listen or "", health_listen=ns.health_listen or "",
+        workers=ns.workers)
 
 
 def validate(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:

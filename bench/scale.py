@@ -890,8 +890,10 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
 
 
-def table(d: Phase, f: Phase) -> None:
-    print(f"\nN = {d.n} two-node jobs ({d.wall_s:.0f} s dispatch, {f.wall_s:.0f} s floor)")
+def table(d: Phase, f: Phase, workers: int | None = None) -> None:
+    with_workers = "" if workers is None else f", the controller with --workers={workers}"
+    print(f"\nN = {d.n} two-node jobs ({d.wall_s:.0f} s dispatch, {f.wall_s:.0f} s floor"
+          f"{with_workers})")
     print(f"  {'':<44}{'dispatch':>10}{'floor':>10}{'ratio':>8}")
 
     def row(label: str, a: float | None, b: float | None, fmt: str = ".0f") -> None:
@@ -941,10 +943,44 @@ def p4_table(rows: list[P4]) -> None:
     print("  (held: the SDK has no such status)")
 
 
+CONTROLLER = r.Resource("apps", "v1", "deployments", "Deployment")
+CONTROLLER_NAME = "dispatch-admission"
+
+
+async def set_workers(admin: Kube, workers: int) -> None:
+    """Roll the deployed controller out with ``--workers=W`` and wait until every replica
+    runs it and one leads (the phase's decisions are that version's)."""
+    dep = await admin.get(CONTROLLER, CONTROLLER_NAME, names.CONTROLLER_NAMESPACE)
+    containers = dep["spec"]["template"]["spec"]["containers"]
+    i = next(i for i, c in enumerate(containers) if c["name"] == "controller")
+    args = [a for a in containers[i].get("args", []) if not a.startswith("--workers=")]
+    # A JSON patch whose test op carries the version read: a concurrent edit fails it (409).
+    await admin.patch(CONTROLLER, CONTROLLER_NAME, [
+        {"op": "test", "path": "/metadata/resourceVersion",
+         "value": dep["metadata"]["resourceVersion"]},
+        {"op": "replace", "path": f"/spec/template/spec/containers/{i}/args",
+         "value": [*args, f"--workers={workers}"]}], names.CONTROLLER_NAMESPACE, kind="json")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        dep = await admin.get(CONTROLLER, CONTROLLER_NAME, names.CONTROLLER_NAMESPACE)
+        st, want = dep.get("status", {}), dep["spec"].get("replicas", 1)
+        lease = await admin.get_or_none(r.LEASE, names.LEASE_NAME, names.CONTROLLER_NAMESPACE)
+        if (st.get("observedGeneration") == dep["metadata"]["generation"]
+                and st.get("updatedReplicas") == want == st.get("readyReplicas")
+                and st.get("replicas") == want and lease
+                and (lease.get("spec") or {}).get("holderIdentity")):
+            return
+        await asyncio.sleep(1)
+    raise TimeoutError(f"the controller did not roll out with --workers={workers} in 180 s")
+
+
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, nargs="+", default=[50, 200, 1000], help="N, each run")
     ap.add_argument("--quota", type=int, default=10, help="jobs the ClusterQueue admits at once")
+    ap.add_argument("--workers", type=int, nargs="+", default=None, metavar="W",
+                    help="roll the controller out with --workers=W before each dispatch phase "
+                         "(one dispatch phase per W, all beside one floor; default: as deployed)")
     ap.add_argument("--cluster", default="dk", help="the local cluster (its processes' figures)")
     ap.add_argument("--prompt", type=int, default=5, metavar="JOBS",
                     help="StopJob of a job whose objects go promptly, over this many jobs")
@@ -959,10 +995,17 @@ async def main() -> int:
     try:
         await floor_check(admin, True)
         for n in a.jobs:
-            pids = cluster_pids(a.cluster)
-            d = await dispatch_phase(kubeconfig, admin, n, a.quota, pids, tag)
+            ds: list[tuple[int | None, Phase]] = []
+            for w in a.workers or [None]:
+                if w is not None:
+                    await set_workers(admin, w)
+                # After the roll-out: the controller's replicas are new processes.
+                pids = cluster_pids(a.cluster)
+                ds.append((w, await dispatch_phase(kubeconfig, admin, n, a.quota, pids,
+                                                   f"{tag}{w or ''}")))
             f = await floor_phase(kubeconfig, admin, n, a.quota, pids, tag)
-            table(d, f)
+            for w, d in ds:
+                table(d, f, w)
         if a.prompt:
             prompt_table(await prompt_stops(kubeconfig, admin, a.prompt, a.quota, tag))
         if a.sdk:

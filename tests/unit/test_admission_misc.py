@@ -27,12 +27,20 @@ from dispatch_kubeflow.core import names
     ["--webhook-service", "just-a-name"],
     ["--tls-cert", "x"],
     ["--kubeconfig", "/nonexistent/kubeconfig"],
+    ["--workers", "0"],
+    ["--workers", "two"],
 ])
 def test_bad_flags_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
     assert exc.value.code == 2
     assert "dispatch-admission: error:" in capsys.readouterr().err
+
+
+def test_workers_flag_reaches_the_config() -> None:
+    p = cli.parser()
+    assert cli.config_from(p.parse_args([])).workers == 8
+    assert cli.config_from(p.parse_args(["--workers", "3"])).workers == 3
 
 
 def test_unparseable_kubeconfig_exits_2(tmp_path: Any, capsys: pytest.CaptureFixture[str]
