@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dispatch_kubeflow.errors import KubeGone
 from dispatch_kubeflow.kube import Kube
 
 
@@ -11,19 +12,25 @@ async def gone(kube: Kube, res: Any, ns: str, *, label_selector: str | None = No
                field_selector: str | None = None) -> int:
     """Until nothing the selector names is left: a list, then (if it held anything) a watch
     from its version until each listed object is deleted. Its requests."""
-    items, rv = await kube.list(res, ns, label_selector=label_selector,
-                                field_selector=field_selector)
-    left = {o["metadata"]["name"] for o in items}
-    requests = 1
-    while left:
+    requests = 0
+    while True:
+        items, rv = await kube.list(res, ns, label_selector=label_selector,
+                                    field_selector=field_selector)
+        left = {o["metadata"]["name"] for o in items}
         requests += 1
-        async for ev in kube.watch(res, ns, resource_version=rv, label_selector=label_selector,
-                                   field_selector=field_selector):
-            rv = ev.object["metadata"]["resourceVersion"]
-            if ev.type == "DELETED":
-                left.discard(ev.object["metadata"]["name"])
-            elif ev.type == "ADDED":
-                left.add(ev.object["metadata"]["name"])
-            if not left:
-                break
-    return requests
+        try:
+            while left:
+                requests += 1
+                async for ev in kube.watch(res, ns, resource_version=rv,
+                                           label_selector=label_selector,
+                                           field_selector=field_selector):
+                    rv = ev.object["metadata"]["resourceVersion"]
+                    if ev.type == "DELETED":
+                        left.discard(ev.object["metadata"]["name"])
+                    elif ev.type == "ADDED":
+                        left.add(ev.object["metadata"]["name"])
+                    if not left:
+                        break
+        except KubeGone:
+            continue  # the version was compacted away: list again, as any script must
+        return requests
