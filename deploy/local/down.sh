@@ -116,7 +116,10 @@ if [ -f "$STATE_ROOT/machine.before" ] && [ -z "$(find "$STATE_ROOT" -mindepth 1
   for d in /var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods /var/run/netns /etc/cni /opt/cni /etc/kueue; do
     grep -qx "existed $d" "$STATE_ROOT/machine.before" && continue
     [ -e "$d" ] || continue
-    awk -v d="$d" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l 2>/dev/null
+    # mountinfo names the real path: /var/run/netns is mounted as /run/netns (ip netns add
+    # bind-mounts it onto itself), and rm cannot remove a mount point.
+    real=$(readlink -f "$d")
+    awk -v d="$real" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l 2>/dev/null
     rm -rf "$d"
   done
   rm -f "$STATE_ROOT/machine.before"

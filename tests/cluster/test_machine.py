@@ -47,7 +47,7 @@ def machine_snapshot() -> dict[str, object]:
             f"pgrep -a -f '{STATE}|{RUN}|10\\.245\\.|:36443' | grep -v pgrep "
             "| awk '{print $2}'").split()),
         "mounts": sorted(m for m in (line.split()[4] for line in mountinfo)
-                         if m.startswith((str(STATE), str(RUN)))),
+                         if m.startswith((str(STATE), str(RUN), "/run/netns"))),
         "links": sorted(link for link in sh("ip -o link show | awk -F': ' '{print $2}'").split()
                         if link.startswith(bridge)),
         "chains": sorted(sh("for t in filter nat mangle; do iptables -t $t -S 2>/dev/null | "
@@ -59,7 +59,8 @@ def machine_snapshot() -> dict[str, object]:
                          if "10.245." in line),
         "dirs": {d: os.path.exists(d) for d in ("/var/lib/kubelet", "/var/lib/cni",
                                                  "/var/log/containers", "/var/log/pods",
-                                                 "/var/lib/dispatch-local", "/run/dispatch-local")},
+                                                 "/var/lib/dispatch-local", "/run/dispatch-local",
+                                                 "/run/netns")},
         "netns": sorted(sh("ip netns list | awk '{print $1}'").split()),
     }
 
