@@ -970,10 +970,15 @@ async def set_workers(admin: Kube, workers: int) -> None:
         dep = await admin.get(CONTROLLER, CONTROLLER_NAME, names.CONTROLLER_NAMESPACE)
         st, want = dep.get("status", {}), dep["spec"].get("replicas", 1)
         lease = await admin.get_or_none(r.LEASE, names.LEASE_NAME, names.CONTROLLER_NAMESPACE)
+        pods, _ = await admin.list(r.POD, names.CONTROLLER_NAMESPACE,
+                                   label_selector=f"app.kubernetes.io/name={CONTROLLER_NAME}")
+        # The replicas' identity is their pod's name: the leader must be a pod of this roll-out.
+        new = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")
+               and f"--workers={workers}" in p["spec"]["containers"][i].get("args", [])}
         if (st.get("observedGeneration") == dep["metadata"]["generation"]
                 and st.get("updatedReplicas") == want == st.get("readyReplicas")
                 and st.get("replicas") == want and lease
-                and (lease.get("spec") or {}).get("holderIdentity")):
+                and (lease.get("spec") or {}).get("holderIdentity") in new):
             return
         await asyncio.sleep(1)
     raise TimeoutError(f"the controller did not roll out with --workers={workers} in 180 s")
