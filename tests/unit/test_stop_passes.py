@@ -350,7 +350,12 @@ async def test_concurrent_stops_do_not_read_each_others_objects(
     # stop's own count varies by one or two with whether the collector emptied a kind
     # before it was listed, which saves that kind's watch: hence the margin of one.)
     assert many_requests <= few_requests + 1
-    assert many_read <= few_read + 1
+    # The objects read vary more: with 50 stops at once the fake's collector is further
+    # behind, so a stop sees more of its own objects alive, and their changes on its watches
+    # (CI once read 15.7 a stop against 14.0). A stop that listed the others' objects would
+    # read about ten times as many at N = 50 as at N = 5 (they grow with N); 1.5x is far
+    # below that and far above the noise.
+    assert many_read <= 1.5 * few_read
     for requests in (few_requests, many_requests):
         assert requests <= 1 + 2 * len(KINDS) + 1 + 1  # minimum + Event + informer share
 
