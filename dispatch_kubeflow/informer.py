@@ -8,6 +8,16 @@ waiters. Its objects are kept in a cache, indexed by a key (an object's name, or
 labels' value): a waiter subscribes to a key per feed, is woken after every change of its
 keys' objects and after every list, and judges the cache itself (:meth:`View.changed`).
 
+Feeds of one kind, namespace and selector that differ only in their key share one informer:
+one watch and one cache, indexed by each key in use (the waits' TrainJobs by name and
+StopJob's by the job-id label are one watch). Objects are cached without their
+``managedFields``, which nothing here reads; a feed may ask for metadata alone
+(``metadata_only``: StopJob's JobSets, Jobs and runtime copies, whose specs nothing reads).
+The informer also keeps the resourceVersion its cache is at (:attr:`Snapshot.revision`):
+resourceVersions of one kind are comparable integers (KEP-5504, stable since Kubernetes
+1.35), so a reader that listed the kind itself at version X can tell whether the cache is
+past X. StopJob's proof rests on that (:mod:`dispatch_kubeflow.stop`).
+
 A feed's watch starts with its first subscriber and stops ``LINGER_SECONDS`` after its last
 one left, unless another subscribes meanwhile: a wait followed by a StopJob or by the next
 wait in the same namespace finds the watch running and its cache current, and lists nothing
@@ -19,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -40,30 +51,97 @@ LINGER_SECONDS = 30.0
 @dataclass(frozen=True, slots=True)
 class Feed:
     """What one informer keeps current: a kind in one namespace, which objects, and the key
-    its subscribers look them up by (the value of ``key_label``; None: the object's name)."""
+    its subscribers look them up by (the value of ``key_label``; None: the object's name).
+    ``metadata_only``: the cache keeps only each object's metadata."""
 
     res: Resource
     namespace: str
     label_selector: str | None = None
     key_label: str | None = None
+    metadata_only: bool = False
+
+    @property
+    def source(self) -> tuple[Resource, str, str | None, bool]:
+        """What one informer serves: feeds alike but for their key share it."""
+        return self.res, self.namespace, self.label_selector, self.metadata_only
 
     def key(self, obj: Mapping[str, Any]) -> str | None:
-        m = obj.get("metadata") or {}
-        if self.key_label is None:
-            return m.get("name")
-        return (m.get("labels") or {}).get(self.key_label)
+        return _key(self.key_label, obj)
+
+    def covers(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` is among the feed's objects by its selector, when the selector is
+        one this can judge (none, or labels that must exist: ``a,b``); False otherwise."""
+        if self.label_selector is None:
+            return True
+        wanted = self.label_selector.split(",")
+        if not all(re.fullmatch(r"[A-Za-z0-9./_-]+", w) for w in wanted):
+            return False
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return all(w in labels for w in wanted)
+
+
+def _key(key_label: str | None, obj: Mapping[str, Any]) -> str | None:
+    m = obj.get("metadata") or {}
+    if key_label is None:
+        return m.get("name")
+    return (m.get("labels") or {}).get(key_label)
+
+
+def revision(resource_version: object) -> int | None:
+    """A resourceVersion as the integer it compares as (KEP-5504: a positive integer with no
+    leading zero); None when it is not one, and then nothing may be concluded from it."""
+    rv = str(resource_version or "")
+    if not rv.isdigit() or rv.startswith("0") or not rv.isascii():
+        return None
+    return int(rv)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one feed holds of one key now (see :meth:`View.snapshot`)."""
+
+    revision: int | None
+    """The resourceVersion the cache is at: of its last list or of the last event applied
+    since (None: one was not an integer)."""
+    objects: dict[str, Obj]
+    """The key's objects, by name: the cache's own, read them and do not keep them."""
 
 
 class View:
-    """One waiter's subscription: one key in each of some feeds (see :meth:`changed`)."""
+    """One waiter's subscription: one key in each of some feeds (see :meth:`changed`).
 
-    def __init__(self, wanted: Sequence[tuple[_Informer, str]]) -> None:
-        self._wanted = wanted
-        self._woken = asyncio.Event()
+    ``woken``: the event set after every change of the view's keys' objects and after every
+    list (the view's own, by default; a caller that waits on more than this view passes its
+    own)."""
+
+    def __init__(self, informers: Informers, woken: asyncio.Event | None = None) -> None:
+        self._informers = informers
+        self._wanted: list[tuple[_Informer, Feed, str]] = []
+        self._woken = woken or asyncio.Event()
         self._woken.set()  # the first call judges what the cache holds already
 
     def wake(self) -> None:
         self._woken.set()
+
+    def add(self, feed: Feed, key: str) -> None:
+        """Subscribe to ``key`` of ``feed`` too (starting its watch if it is not running)."""
+        self._wanted.append((self._informers.join(self, feed, key), feed, key))
+
+    def running(self, feed: Feed) -> bool:
+        """Whether ``feed``'s informer is running already (synced, its watch not ended)."""
+        return self._informers.running(feed)
+
+    def snapshot(self, feed: Feed, key: str) -> Snapshot | None:
+        """The cache of a feed subscribed to, for ``key``; None until the feed has been
+        listed. Raises the error that ended the feed's watch."""
+        for inf, f, _ in self._wanted:
+            if f.source == feed.source:
+                inf.raise_error()
+                if not inf.synced:
+                    return None
+                return Snapshot(inf.revision,
+                                inf.indexes.get(feed.key_label, {}).get(key, {}))
+        raise KeyError(f"not subscribed to {feed}")
 
     async def changed(self) -> list[dict[str, Obj]]:
         """Once every feed has been listed and something of this view changed since the last
@@ -74,37 +152,43 @@ class View:
         while True:
             await self._woken.wait()
             self._woken.clear()
-            for inf, _ in self._wanted:
+            for inf, _, _ in self._wanted:
                 inf.raise_error()
-            if all(inf.synced for inf, _ in self._wanted):
+            if all(inf.synced for inf, _, _ in self._wanted):
                 # Copies: the cache goes on changing under the caller.
-                return [dict(inf.index.get(key, {})) for inf, key in self._wanted]
+                return [dict(inf.indexes.get(f.key_label, {}).get(key, {}))
+                        for inf, f, key in self._wanted]
 
-    async def everything(self) -> list[list[Obj]]:
-        """Once every feed has been listed: every object each feed holds, whatever its key
-        (for a scan a key cannot answer), in the order subscribed.
-
-        The objects are the cache's own (not copied): read them, do not change them, and do
-        not keep them past the next await. Raises the error that ended a feed's watch.
-        """
+    async def whole(self, feed: Feed) -> list[Obj]:
+        """Once ``feed`` (subscribed to) has been listed: every object it holds, whatever its
+        key (for a scan a key cannot answer). The cache's own objects: read them, do not
+        change them, and do not keep them past the next await. Raises the error that ended
+        the feed's watch."""
         while True:
-            for inf, _ in self._wanted:
-                inf.raise_error()
-            if all(inf.synced for inf, _ in self._wanted):
-                return [list(inf.objects.values()) for inf, _ in self._wanted]
+            for inf, f, _ in self._wanted:
+                if f.source == feed.source:
+                    inf.raise_error()
+                    if inf.synced:
+                        return list(inf.objects.values())
+                    break
+            else:
+                raise KeyError(f"not subscribed to {feed}")
             await self._woken.wait()
             self._woken.clear()
 
 
 class _Informer:
-    """One feed's watch, its cache and its subscribers."""
+    """One source's watch, its cache, its indexes (one per key label in use) and its
+    subscribers."""
 
     def __init__(self, kube: KubeAPI, feed: Feed) -> None:
-        self.feed = feed
+        self.feed = feed  # the first; any feed of the same source is served alike
         self.synced = False
+        self.revision: int | None = None
         self.objects: dict[str, Obj] = {}
-        self.index: dict[str, dict[str, Obj]] = {}  # key -> name -> object
-        self.subscribers: dict[str, set[View]] = {}  # key -> views
+        # key label (None: the name) -> key -> name -> object
+        self.indexes: dict[str | None, dict[str, dict[str, Obj]]] = {}
+        self.subscribers: dict[tuple[str | None, str], set[View]] = {}
         self.idle: asyncio.TimerHandle | None = None
         """When no one subscribes: the watch's stop, LINGER_SECONDS after the last left."""
         self._error: tuple[BaseException, TracebackType | None] | None = None
@@ -112,18 +196,25 @@ class _Informer:
         # the requests of a watch that outlives it.
         self.task = asyncio.create_task(self._run(kube), context=contextvars.Context())
 
-    def subscribe(self, key: str, view: View) -> None:
+    def subscribe(self, key_label: str | None, key: str, view: View) -> None:
         if self.idle is not None:
             self.idle.cancel()
             self.idle = None
-        self.subscribers.setdefault(key, set()).add(view)
+        if key_label not in self.indexes:
+            index: dict[str, dict[str, Obj]] = {}
+            for name, obj in self.objects.items():
+                k = _key(key_label, obj)
+                if k is not None:
+                    index.setdefault(k, {})[name] = obj
+            self.indexes[key_label] = index
+        self.subscribers.setdefault((key_label, key), set()).add(view)
 
-    def unsubscribe(self, key: str, view: View) -> None:
-        views = self.subscribers.get(key)
+    def unsubscribe(self, key_label: str | None, key: str, view: View) -> None:
+        views = self.subscribers.get((key_label, key))
         if views is not None:
             views.discard(view)
             if not views:
-                del self.subscribers[key]
+                del self.subscribers[(key_label, key)]
 
     def raise_error(self) -> None:
         if self._error is not None:
@@ -149,39 +240,51 @@ class _Informer:
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
+    def _trim(self, obj: Obj) -> Obj:
+        m = obj.get("metadata") or {}
+        if self.feed.metadata_only:
+            return {"metadata": {k: v for k, v in m.items() if k != "managedFields"}}
+        if "managedFields" in m:
+            return {**obj, "metadata": {k: v for k, v in m.items() if k != "managedFields"}}
+        return obj
+
     def _apply(self, ev: WatchEvent) -> None:
         if ev.type == "SYNC":
-            self.objects = {o["metadata"]["name"]: o for o in ev.items}
-            self.index = {}
-            for name, obj in self.objects.items():
-                self._index(name, obj)
+            self.objects = {o["metadata"]["name"]: self._trim(o) for o in ev.items}
+            self.revision = revision((ev.object.get("metadata") or {}).get("resourceVersion"))
+            for key_label in self.indexes:
+                index: dict[str, dict[str, Obj]] = {}
+                for name, obj in self.objects.items():
+                    k = _key(key_label, obj)
+                    if k is not None:
+                        index.setdefault(k, {})[name] = obj
+                self.indexes[key_label] = index
             self.synced = True
             self._wake_all()  # a fresh list may differ anywhere
             return
         name = ev.object["metadata"]["name"]
+        # The cache is at this event's version now (one watch delivers them in order).
+        self.revision = revision(ev.object["metadata"].get("resourceVersion"))
         old = self.objects.pop(name, None)
-        if old is not None:
-            self._unindex(name, old)
-        new = ev.object if ev.type != "DELETED" else None
+        new = self._trim(ev.object) if ev.type != "DELETED" else None
         if new is not None:
             self.objects[name] = new
-            self._index(name, new)
-        # The views of the key it had and of the key it has (a label may have changed).
-        for key in {self.feed.key(o) for o in (old, new) if o is not None}:
-            for view in self.subscribers.get(key, ()) if key is not None else ():
-                view.wake()
-
-    def _index(self, name: str, obj: Obj) -> None:
-        key = self.feed.key(obj)
-        if key is not None:
-            self.index.setdefault(key, {})[name] = obj
-
-    def _unindex(self, name: str, obj: Obj) -> None:
-        key = self.feed.key(obj)
-        if key is not None and key in self.index:
-            self.index[key].pop(name, None)
-            if not self.index[key]:
-                del self.index[key]
+        for key_label, index in self.indexes.items():
+            keys = {_key(key_label, o) for o in (old, new) if o is not None}
+            if old is not None:
+                k = _key(key_label, old)
+                if k is not None and k in index:
+                    index[k].pop(name, None)
+                    if not index[k]:
+                        del index[k]
+            if new is not None:
+                k = _key(key_label, new)
+                if k is not None:
+                    index.setdefault(k, {})[name] = new
+            # The views of the key it had and of the key it has (a label may have changed).
+            for k in keys:
+                for view in self.subscribers.get((key_label, k), ()) if k is not None else ():
+                    view.wake()
 
     def _wake_all(self) -> None:
         for views in self.subscribers.values():
@@ -190,40 +293,46 @@ class _Informer:
 
 
 class Informers:
-    """A Backend's informers, one per :class:`Feed` in use (see the module docstring)."""
+    """A Backend's informers, one per source of the :class:`Feed` s in use (see the module
+    docstring)."""
 
     def __init__(self, kube: KubeAPI) -> None:
         self._kube = kube
-        self._running: dict[Feed, _Informer] = {}
+        self._running: dict[tuple[Resource, str, str | None, bool], _Informer] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
     def feeds(self) -> int:
-        """How many feeds are being watched now (lingering ones too)."""
+        """How many informers are watching now (lingering ones too)."""
         return len(self._running)
 
+    def running(self, feed: Feed) -> bool:
+        """Whether ``feed``'s informer is running and listed (a subscriber joins it at no
+        cost)."""
+        inf = self._running.get(feed.source)
+        return inf is not None and inf.synced and not inf.task.done()
+
     @asynccontextmanager
-    async def watching(self, wanted: Sequence[tuple[Feed, str]]) -> AsyncIterator[View]:
-        """Subscribe to key ``key`` of each ``(feed, key)`` for the block (see :class:`View`).
+    async def watching(self, wanted: Sequence[tuple[Feed, str]] = (), *,
+                       woken: asyncio.Event | None = None) -> AsyncIterator[View]:
+        """Subscribe to key ``key`` of each ``(feed, key)`` for the block (see :class:`View`;
+        :meth:`View.add` subscribes to more).
 
         Starts the feeds' watches that are not running; the last subscriber to leave a feed
         stops its watch: at once if it ended, else after the linger.
         """
         if self._closed:
             raise DispatchError("the backend is closed")
-        subscribed: list[tuple[_Informer, str]] = []
-        view = View(subscribed)
+        view = View(self, woken)
         try:
             for feed, key in wanted:
-                inf = self._running.get(feed) or self._start(feed)
-                inf.subscribe(key, view)
-                subscribed.append((inf, key))
+                view.add(feed, key)
             yield view
         finally:
             ended = []
-            for inf, key in subscribed:
-                inf.unsubscribe(key, view)
+            for inf, feed, key in view._wanted:
+                inf.unsubscribe(feed.key_label, key, view)
                 if inf.subscribers or inf.idle is not None:
                     continue
                 if inf.task.done():
@@ -233,6 +342,14 @@ class Informers:
                     inf.idle = asyncio.get_running_loop().call_later(
                         LINGER_SECONDS, self._expire, inf)
             await cancel_all(ended)
+
+    def join(self, view: View, feed: Feed, key: str) -> _Informer:
+        """``view`` subscribes to ``key`` of ``feed`` (see :meth:`View.add`)."""
+        if self._closed:
+            raise DispatchError("the backend is closed")
+        inf = self._running.get(feed.source) or self._start(feed)
+        inf.subscribe(feed.key_label, key, view)
+        return inf
 
     def _expire(self, inf: _Informer) -> None:
         """The linger is over and no one subscribed again: stop the watch."""
@@ -258,11 +375,11 @@ class Informers:
         await cancel_all([inf.task for inf in running] + list(self._stopping))
 
     def _start(self, feed: Feed) -> _Informer:
-        inf = self._running[feed] = _Informer(self._kube, feed)
+        inf = self._running[feed.source] = _Informer(self._kube, feed)
         inf.task.add_done_callback(lambda _: self._forget(inf))
         return inf
 
     def _forget(self, inf: _Informer) -> None:
-        """A feed whose watch ended or is ending: the next subscriber starts a new one."""
-        if self._running.get(inf.feed) is inf:
-            del self._running[inf.feed]
+        """A source whose watch ended or is ending: the next subscriber starts a new one."""
+        if self._running.get(inf.feed.source) is inf:
+            del self._running[inf.feed.source]

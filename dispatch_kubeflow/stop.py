@@ -25,8 +25,24 @@ nothing can make another unless a maker's view shows a new object, which lists D
 the garbage collector removes it.) So when every view is empty, nothing of the job exists,
 as a direct list would say, and no
 kind is listed twice unless something of the job was made again (or a watch expired, or a
-list failed). The views are the server's own lists and watches, never a cache: the shared
-informer serves only the orphan scan. A maker held by a finalizer does not hold the rest
+list failed).
+
+Concurrent stops of one Backend share their watches. A kind's view is then its own list
+(the consistent read the proof needs, selector-scoped to the job) followed by the Backend's
+informer of that kind (:mod:`dispatch_kubeflow.informer`: one watch of the namespace, keyed
+by the job-id label, or the Workloads' by the job's UID) instead of a watch of its own.
+resourceVersions of one kind are comparable integers (KEP-5504), and the informer's cache
+is the namespace's state at the version it is at, R. So an object listed at version v is
+gone once R >= v and the cache no longer holds its UID (it existed at v, and at R it does
+not); a newer version of it in the cache replaces the listed one; and an object of the job
+the cache holds at a version above the list's is one made since. That is exactly what a
+watch from the list's version would have said, and the list stays the proof's read. A kind
+follows the informer only when every object its list holds is among the informer's (its
+selector), when its resourceVersions are integers, and when sharing pays: the informer runs
+already (a wait's, another stop's) or at least ``_CROWD`` stops of the Backend are running
+(a lone stop's own watch is one request, a new informer's list and watch two). An informer
+whose watch ended by an error (401, 403, 404) sends the kind back to a list and a watch of
+its own. A maker held by a finalizer does not hold the rest
 back: once all a kind holds is being deleted, the kinds it makes are listed (what it made
 is deleted meanwhile), and listed again once it has gone.
 
@@ -57,7 +73,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -74,11 +91,12 @@ from dispatch_kubeflow.find import (
     trainjob_name_pattern,
     uid_selector,
 )
-from dispatch_kubeflow.informer import Feed, Informers, View
+from dispatch_kubeflow.informer import Feed, Informers, View, revision
 from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent
 from dispatch_kubeflow.kube.resources import (
     EVENT,
     JOB,
+    JOBSET,
     POD,
     TRAINING_RUNTIME,
     TRAINJOB,
@@ -94,6 +112,10 @@ _PASS_WAIT = 1.0
 _GC_GRACE = 1.0
 """How long the garbage collector gets to delete an object whose owners are gone before
 StopJob deletes it itself (at most a quarter of ``timeouts.stopJob``)."""
+_CROWD = 3
+"""How many concurrent stops of one Backend start an informer for a kind (see above)."""
+_RUNNING: weakref.WeakKeyDictionary[Informers, int] = weakref.WeakKeyDictionary()
+"""How many stops each Backend's informers serve now."""
 REPORTING_CONTROLLER = f"{names.DOMAIN}/kubeflow"
 Obj = dict[str, Any]
 
@@ -164,19 +186,37 @@ class _Kind:
     early: bool = False
     """Listed while a maker was still there, being deleted: listed again once it is gone."""
     watch: asyncio.Task[None] | None = None
+    feed: Feed | None = None
+    """The informer this view follows instead of a watch of its own (see the module doc)."""
+    since: int = 0
+    """The resourceVersion of the list the informer is followed from."""
+    keys: frozenset[str] = frozenset()
+    """The keys of the job's objects in ``feed``."""
 
 
 class _Stop:
     """One StopJob's state (see the module docstring)."""
 
     def __init__(self, kube: KubeAPI, namespace: str, job: JobID, kinds: Sequence[Resource],
-                 limit: float, scan: View | None) -> None:
+                 limit: float, *, view: View | None = None, scan: Feed | None = None,
+                 feeds: Mapping[Resource, Feed] | None = None,
+                 changed: asyncio.Event | None = None,
+                 crowd: Callable[[], bool] = lambda: False) -> None:
         self.kube = kube
         self.namespace = namespace
         self.job = job
         self.kinds = {k: _Kind(k) for k in kinds}
         self.makes = _makes(kinds)
+        self.view = view
+        """The subscription to the Backend's informers (None: this stop watches alone)."""
         self.scan = scan
+        """The informer of the namespace's Workloads, for the orphan scan (None: a list)."""
+        self.feeds = dict(feeds or {})
+        self.crowd = crowd
+        """Whether at least ``_CROWD`` stops of the Backend run now (see the module doc)."""
+        self.subscribed: set[tuple[Feed, str]] = set()
+        self.broken: set[Feed] = set()
+        """Informers whose watch ended by an error: this stop watches their kinds alone."""
         self.scanned = False
         self.grace = min(_GC_GRACE, limit / 4)
         self.pattern = trainjob_name_pattern(job)
@@ -193,7 +233,7 @@ class _Stop:
         """When StopJob releases a pod's job-tracking finalizer, by UID, if it still holds."""
         self.released: dict[str, str] = {}
         """The resourceVersion each pod's finalizer was last released at (once per version)."""
-        self.changed = asyncio.Event()
+        self.changed = changed or asyncio.Event()
         self.loop = asyncio.get_running_loop()
 
     # --- the views ------------------------------------------------------------------------
@@ -257,6 +297,7 @@ class _Stop:
             await cancel_all([k.watch])
             k.watch = None
         k.failure, k.rv, k.label_selector, k.live, k.current = None, rv, sel, {}, True
+        k.feed = None
         self.listed.add(k.res)
         for o in items:
             if belongs(k.res, o, self.job, self.owner_uids, self.pattern):
@@ -266,13 +307,71 @@ class _Stop:
         # and a TrainJob or copy made after the list is a later Start's, not this stop's.
         # A Workload is watched by its job's UIDs only (no selector: no watch at all).
         if watch and k.live and rv and sel is not None:
-            k.watch = asyncio.create_task(self._watch(k))
+            feed = self.feed_for(k)
+            if feed is None:
+                k.watch = asyncio.create_task(self._watch(k))
+            else:
+                self.follow_from(k, feed)
+
+    # --- following an informer (see the module docstring) ---------------------------------
+    def feed_for(self, k: _Kind) -> Feed | None:
+        """The informer ``k`` follows from its list, or None: a watch of its own."""
+        feed = self.feeds.get(k.res)
+        if (self.view is None or feed is None or feed in self.broken
+                or revision(k.rv) is None
+                or not all(feed.covers(f.obj) for f in k.live.values())):
+            return None
+        if k.res is WORKLOAD or self.crowd() or self.view.running(feed):
+            return feed
+        return None
+
+    def follow_from(self, k: _Kind, feed: Feed) -> None:
+        assert self.view is not None
+        k.feed, k.since = feed, revision(k.rv) or 0
+        k.keys = frozenset(self.owner_uids if k.res is WORKLOAD else {str(self.job)})
+        for key in k.keys:
+            if (feed, key) not in self.subscribed:
+                self.subscribed.add((feed, key))
+                self.view.add(feed, key)
+
+    def follow(self, k: _Kind) -> None:
+        """Bring ``k``'s view up to what its informer says (see the module docstring)."""
+        assert self.view is not None
+        assert k.feed is not None
+        held: dict[str, Obj] = {}
+        at: int | None = None
+        try:
+            for key in k.keys:
+                snap = self.view.snapshot(k.feed, key)
+                if snap is None:
+                    return  # not listed yet: the list's view stands
+                at = snap.revision
+                held.update((str(meta(o).get("uid")), o) for o in snap.objects.values())
+        except errors.KubeError as exc:
+            log.warning("StopJob %s: the informer of %s ended (%s); watching alone",
+                        self.job, k.res.plural, exc)
+            self.broken.add(k.feed)
+            k.feed, k.current = None, False  # listed again, then watched alone
+            return
+        if at is None:
+            return  # a version that is not an integer: nothing to conclude yet
+        for uid, f in list(k.live.items()):
+            o = held.get(uid)
+            if o is not None:
+                if (revision(meta(o).get("resourceVersion")) or 0) > (
+                        revision(meta(f.obj).get("resourceVersion")) or 0):
+                    self._apply(k, WatchEvent("MODIFIED", o))
+            elif at >= (revision(meta(f.obj).get("resourceVersion")) or 0):
+                self._apply(k, WatchEvent("DELETED", f.obj))  # gone by version at
+        for uid, o in held.items():
+            if uid not in k.live and (revision(meta(o).get("resourceVersion")) or 0) > k.since:
+                self._apply(k, WatchEvent("ADDED", o))  # made since the list
 
     async def _list_workloads(self) -> tuple[list[Obj], str, str | None]:
         """The job's Workloads, by Kueue's job-uid label; the first time, also the orphans
         whose TrainJob StopJob never saw (a scan of the namespace, see below)."""
         if not self.scanned:
-            if self.scan is None:
+            if self.scan is None or self.view is None:
                 # No informer to share: one unselected list. Its resourceVersion serves the
                 # selector-scoped watch: that watch misses no change after it.
                 items, rv = await self.kube.list(WORKLOAD, self.namespace)
@@ -284,8 +383,7 @@ class _Stop:
             # proves anything is the direct, selector-scoped one below. An orphan's Workload
             # is older than its TrainJob's deletion; the cache misses it only if the watch
             # lags by more than that, and then the next StopJob finds it.
-            (cached,) = await self.scan.everything()
-            self._learn_owners(cached)
+            self._learn_owners(await self.view.whole(self.scan))
             self.scanned = True
         if not self.owner_uids:
             return [], "", None
@@ -441,6 +539,9 @@ class _Stop:
             await asyncio.gather(*(record_reason(self.kube, f.obj, reason) for f in trainjobs))
             while True:
                 self.raise_bugs()
+                for k in self.kinds.values():
+                    if k.feed is not None and k.current:
+                        self.follow(k)
                 now = self.loop.time()
                 for k in self.kinds.values():
                     if k.early and all(self.gone(m) for m in MADE_BY.get(k.res, ())):
@@ -495,25 +596,55 @@ class _Stop:
                           tuple(sorted(unproven, key=_key)))
 
 
+def stop_feeds(namespace: str) -> dict[Resource, Feed]:
+    """The informers a stop in ``namespace`` follows, by kind (the Workloads' is the mode's).
+
+    TrainJobs and pods share the waits' informers (:func:`dispatch_kubeflow.observe.
+    subscriptions`: one watch each, another index); JobSets, Jobs and runtime copies are
+    watched for StopJob alone, and their metadata is all it reads."""
+    by_job = names.JOB_ID_LABEL
+    return {
+        TRAINJOB: Feed(TRAINJOB, namespace, key_label=by_job),
+        POD: Feed(POD, namespace, label_selector=names.JOBSET_NAME_LABEL, key_label=by_job),
+        **{res: Feed(res, namespace, label_selector=by_job, key_label=by_job,
+                     metadata_only=True) for res in (JOBSET, JOB, TRAINING_RUNTIME)},
+    }
+
+
 async def stop_job(kube: KubeAPI, namespace: str, job: JobID, reason: str, *,
                    kinds: Sequence[Resource], limit: timedelta,
                    shared: Informers | None = None,
                    feeds: Sequence[Feed] = ()) -> StopReport:
     """Delete everything of ``job`` of the ``kinds`` (the mode's); see the module docstring.
 
-    ``shared`` and ``feeds`` (the mode's, a Backend's): a feed of Workloads there serves
-    the orphan scan from the shared informer instead of a list of the whole namespace.
+    ``shared`` (a Backend's informers): concurrent stops share their watches, and ``feeds``
+    (the mode's): a feed of Workloads there serves the orphan scan from its informer instead
+    of a list of the whole namespace, and the Workloads' view.
     """
     seconds = limit.total_seconds()
     until = asyncio.get_running_loop().time() + seconds
+    if shared is None:
+        return await _Stop(kube, namespace, job, kinds, seconds).run(reason, until)
     scan = next((f for f in feeds if f.res is WORKLOAD and f.namespace == namespace
                  and WORKLOAD in kinds), None)
-    if shared is None or scan is None:
-        return await _Stop(kube, namespace, job, kinds, seconds, None).run(reason, until)
-    # Subscribed for the whole stop, so concurrent stops share the feed's one list and
-    # watch. The key matters not: the scan reads the whole cache.
-    async with shared.watching([(scan, "")]) as view:
-        return await _Stop(kube, namespace, job, kinds, seconds, view).run(reason, until)
+    by_kind = {res: f for res, f in stop_feeds(namespace).items() if res in kinds}
+    if scan is not None:
+        by_kind[WORKLOAD] = scan
+    _RUNNING[shared] = _RUNNING.get(shared, 0) + 1
+    changed = asyncio.Event()
+    try:
+        async with shared.watching(woken=changed) as view:
+            stop = _Stop(kube, namespace, job, kinds, seconds, view=view, scan=scan,
+                         feeds=by_kind, changed=changed,
+                         crowd=lambda: _RUNNING.get(shared, 0) >= _CROWD)
+            if scan is not None:
+                # Subscribed for the whole stop, so concurrent stops share the feed's one
+                # list and watch. The key matters not: the scan reads the whole cache.
+                stop.subscribed.add((scan, ""))
+                view.add(scan, "")
+            return await stop.run(reason, until)
+    finally:
+        _RUNNING[shared] -= 1
 
 
 def _job_owners(m: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -479,7 +479,8 @@ async def observe(api: KubeAPI, res: Resource, namespace: str | None = None, *,
         try:
             items, rv = await api.list(res, namespace, label_selector=label_selector,
                                        field_selector=field_selector)
-            yield WatchEvent("SYNC", {}, tuple(items))
+            # The list's resourceVersion rides on the SYNC: where a cache of it is at.
+            yield WatchEvent("SYNC", {"metadata": {"resourceVersion": rv}}, tuple(items))
             while True:
                 loop = asyncio.get_running_loop()
                 began, seen = loop.time(), 0

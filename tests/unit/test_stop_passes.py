@@ -32,7 +32,7 @@ from dispatch_kubeflow.kube.resources import (
     TRAINJOB,
     WORKLOAD,
 )
-from dispatch_kubeflow.model import JobID
+from dispatch_kubeflow.model import JobID, StopReport
 from dispatch_kubeflow.waits import cancel_all
 from tests.unit.fake_kube import FakeKube
 
@@ -83,6 +83,27 @@ async def a_job(k: FakeKube, job: JobID = JOB_ID) -> None:
         "podSets": [{"template": labelled("t", job)}]}}, NS)
 
 
+async def stop(k: FakeKube, follow: bool, limit: float = 5, reason: str = "r"
+               ) -> StopReport:
+    """stop_job alone (its own watches), or as one of a crowd of a Backend's stops: every
+    kind it can follows the Backend's informers (see stop's module docstring)."""
+    if not follow:
+        return await stop_mod.stop_job(k, NS, JOB_ID, reason, kinds=KINDS,
+                                       limit=timedelta(seconds=limit))
+    informers = Informers(k)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(stop_mod, "_CROWD", 1)
+            return await stop_mod.stop_job(k, NS, JOB_ID, reason, kinds=KINDS,
+                                           limit=timedelta(seconds=limit),
+                                           shared=informers, feeds=[WORKLOAD_FEED])
+    finally:
+        await informers.close()
+
+
+FOLLOW = pytest.mark.parametrize("follow", [False, True], ids=["alone", "informers"])
+
+
 def left(k: FakeKube, *kinds: Resource) -> set[tuple[str, str]]:
     return {(o["kind"], o["metadata"]["name"]) for res in kinds for o in k.all(res)}
 
@@ -90,15 +111,16 @@ def left(k: FakeKube, *kinds: Resource) -> set[tuple[str, str]]:
 ALL = (TRAINJOB, TRAINING_RUNTIME, JOBSET, JOB, POD, WORKLOAD)
 
 
+@FOLLOW
 @pytest.mark.parametrize("seed", SEEDS)
-async def test_stop_deletes_everything_of_the_job_and_nothing_else(seed: int) -> None:
+async def test_stop_deletes_everything_of_the_job_and_nothing_else(seed: int,
+                                                                   follow: bool) -> None:
     k = FakeKube(seed)
     await a_job(k, OTHER)
     others = left(k, *ALL)
     await a_job(k)
     mine = left(k, *ALL) - others
-    report = await stop_mod.stop_job(k, NS, JOB_ID, "asked to", kinds=KINDS,
-                                     limit=timedelta(seconds=5))
+    report = await stop(k, follow, reason="asked to")
     assert left(k, *ALL) == others
     assert {(r.kind, r.name) for r in report.stopped} == mine
     assert report.alive == ()
@@ -107,8 +129,10 @@ async def test_stop_deletes_everything_of_the_job_and_nothing_else(seed: int) ->
     assert [e["note"] for e in reasons] == ["asked to"]
 
 
+@FOLLOW
 @pytest.mark.parametrize("seed", SEEDS)
-async def test_what_appears_during_a_pass_is_deleted_by_the_next(seed: int) -> None:
+async def test_what_appears_during_a_pass_is_deleted_by_the_next(seed: int,
+                                                                 follow: bool) -> None:
     k = FakeKube(seed)
     await a_job(k)
     late: list[asyncio.Task[Obj]] = []
@@ -120,14 +144,14 @@ async def test_what_appears_during_a_pass_is_deleted_by_the_next(seed: int) -> N
                 k.create(POD, labelled(f"{TJ}-late"), NS)))
 
     k.before = when
-    report = await stop_mod.stop_job(k, NS, JOB_ID, "r", kinds=KINDS,
-                                     limit=timedelta(seconds=5))
+    report = await stop(k, follow)
     await late[0]  # already done: stop_job's passes ran until nothing was left
     assert left(k, *ALL) == set()
     assert ("Pod", f"{TJ}-late") in {(r.kind, r.name) for r in report.stopped}
 
 
-async def test_what_will_not_go_is_reported_alive_when_the_time_is_up() -> None:
+@FOLLOW
+async def test_what_will_not_go_is_reported_alive_when_the_time_is_up(follow: bool) -> None:
     k = FakeKube()
     await a_job(k)
     mine = left(k, *ALL)
@@ -136,8 +160,7 @@ async def test_what_will_not_go_is_reported_alive_when_the_time_is_up() -> None:
                   NS)
     loop = asyncio.get_running_loop()
     began = loop.time()
-    report = await stop_mod.stop_job(k, NS, JOB_ID, "r", kinds=KINDS,
-                                     limit=timedelta(seconds=0.3))
+    report = await stop(k, follow, limit=0.3)
     took = loop.time() - began
     assert 0.3 <= took < 3  # it waited its time, by watching, and then stopped
     stuck = k.objects[("pods", NS, f"{TJ}-node-0-1")]
@@ -161,6 +184,7 @@ class Metered(FakeKube):
         super().__init__(seed)
         self.read = 0
         self.lists: dict[str, int] = {}
+        self.peak_watches = 0
 
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None,
@@ -179,6 +203,7 @@ class Metered(FakeKube):
                                       label_selector=label_selector,
                                       field_selector=field_selector,
                                       timeout_seconds=timeout_seconds):
+            self.peak_watches = max(self.peak_watches, self.open_watches)
             self.read += 1
             yield ev
 
@@ -317,8 +342,9 @@ async def test_a_prompt_job_costs_near_the_bare_minimum(
     assert took <= 1.3 * bare_took + 0.1
 
 
-async def stop_many(n: int) -> tuple[float, float]:
-    """Requests and objects read per stop, for ``n`` concurrent stops in one namespace."""
+async def stop_many(n: int) -> tuple[float, float, int]:
+    """Requests and objects read per stop, and the most watches open at once, for ``n``
+    concurrent stops in one namespace."""
     k = Metered()
     jobs = [JobID.new(datetime(2026, 5, 1, tzinfo=UTC), i.to_bytes(10, "big"))
             for i in range(n)]
@@ -335,7 +361,7 @@ async def stop_many(n: int) -> tuple[float, float]:
     # Every Workload of the namespace was listed once, by the shared informer; each stop
     # listed its own Workloads by their job-uid, once.
     assert k.lists["workloads"] == n + 1
-    return asked / n, (k.read - read_before) / n
+    return asked / n, (k.read - read_before) / n, k.peak_watches
 
 
 async def test_concurrent_stops_do_not_read_each_others_objects(
@@ -343,8 +369,15 @@ async def test_concurrent_stops_do_not_read_each_others_objects(
     # The real grace: with 50 jobs at once the collector needs more than a twentieth of it,
     # and StopJob deleting what the collector would have is not what this test counts.
     monkeypatch.setattr(stop_mod, "_GC_GRACE", 1.0)
-    few_requests, few_read = await stop_many(5)
-    many_requests, many_read = await stop_many(50)
+    few_requests, few_read, few_watches = await stop_many(5)
+    many_requests, many_read, many_watches = await stop_many(50)
+    print(f"per stop, 5 against 50 at once: requests {few_requests:.1f} / {many_requests:.1f},"
+          f" objects read {few_read:.1f} / {many_read:.1f}; watches open at most "
+          f"{few_watches} / {many_watches}")
+    # One watch per kind however many stop at once (the Backend's informers): 50 stops
+    # watching alone would hold up to 50 x 5.
+    assert many_watches <= len(KINDS)
+    assert few_watches <= len(KINDS)
     # Constant per stop (the shared informer's one list and watch spread over more stops):
     # no stop lists another's objects, so neither requests nor bytes grow with N. (Each
     # stop's own count varies by one or two with whether the collector emptied a kind
@@ -360,9 +393,10 @@ async def test_concurrent_stops_do_not_read_each_others_objects(
         assert requests <= 1 + 2 * len(KINDS) + 1 + 1  # minimum + Event + informer share
 
 
+@FOLLOW
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_what_is_made_again_after_its_kind_was_listed_is_not_missed(
-        seed: int) -> None:
+        seed: int, follow: bool) -> None:
     k = Metered(seed)
     await a_job(k)
     late: list[asyncio.Task[Obj]] = []
@@ -376,11 +410,12 @@ async def test_what_is_made_again_after_its_kind_was_listed_is_not_missed(
             pod_lists = k.lists["pods"]
             loop = asyncio.get_running_loop()
             late.append(loop.create_task(k.create(JOB, labelled(f"{TJ}-node-9"), NS)))
-            late.append(loop.create_task(k.create(POD, labelled(f"{TJ}-node-9-0"), NS)))
+            pod = labelled(f"{TJ}-node-9-0")
+            pod["metadata"]["labels"][names.JOBSET_NAME_LABEL] = TJ
+            late.append(loop.create_task(k.create(POD, pod, NS)))
 
     k.before = when
-    report = await stop_mod.stop_job(k, NS, JOB_ID, "r", kinds=KINDS,
-                                     limit=timedelta(seconds=5))
+    report = await stop(k, follow)
     await asyncio.gather(*late)
     assert left(k, *ALL) == set()
     assert {("Job", f"{TJ}-node-9"), ("Pod", f"{TJ}-node-9-0")} <= {
@@ -390,13 +425,14 @@ async def test_what_is_made_again_after_its_kind_was_listed_is_not_missed(
     assert k.lists["pods"] > pod_lists
 
 
-async def test_a_trainjob_held_by_a_finalizer_does_not_keep_the_rest_running() -> None:
+@FOLLOW
+async def test_a_trainjob_held_by_a_finalizer_does_not_keep_the_rest_running(
+        follow: bool) -> None:
     k = FakeKube()
     await a_job(k)
     mine = left(k, *ALL)
     await k.patch(TRAINJOB, TJ, {"metadata": {"finalizers": ["example.com/keep"]}}, NS)
-    report = await stop_mod.stop_job(k, NS, JOB_ID, "r", kinds=KINDS,
-                                     limit=timedelta(seconds=0.3))
+    report = await stop(k, follow, limit=0.3)
     # Being deleted, it makes nothing more: what it made is listed and deleted meanwhile.
     assert left(k, *ALL) == {("TrainJob", TJ)}
     assert {(r.kind, r.name) for r in report.alive} == {("TrainJob", TJ)}
@@ -404,8 +440,9 @@ async def test_a_trainjob_held_by_a_finalizer_does_not_keep_the_rest_running() -
     assert report.unproven == ()
 
 
+@FOLLOW
 @pytest.mark.parametrize("seed", SEEDS)
-async def test_a_watch_that_expired_is_listed_again(seed: int) -> None:
+async def test_a_watch_that_expired_is_listed_again(seed: int, follow: bool) -> None:
     k = Metered(seed)
     await a_job(k)
     mine = left(k, *ALL)
@@ -419,10 +456,12 @@ async def test_a_watch_that_expired_is_listed_again(seed: int) -> None:
             k.end_watches()
 
     k.before = when
-    report = await stop_mod.stop_job(k, NS, JOB_ID, "r", kinds=KINDS,
-                                     limit=timedelta(seconds=5))
+    report = await stop(k, follow)
     assert expired
-    assert k.lists["jobsets"] == 2  # its watch expired: listed again, from a new version
+    # Its watch expired: listed again, from a new version. Following the informer, the
+    # informer lists again (its cache, past the deletions, proves the JobSet gone) and the
+    # stop's own list stands: its first, and the informer's two.
+    assert k.lists["jobsets"] == (3 if follow else 2)
     assert left(k, *ALL) == set()
     assert report.complete
     assert {(r.kind, r.name) for r in report.stopped} == mine
