@@ -524,6 +524,36 @@ async def test_stop_job_reports_and_leaves_nothing(
     assert (await backend.inspect(ref)).state is ObjectState.GONE
 
 
+async def test_concurrent_stops_follow_the_backends_informers(
+        backend: Backend, kube: Kube, queued: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three jobs, one running (pods, Jobs, a JobSet) and two queued behind it, stopped at
+    # once: no stop opens a watch of its own, each kind is watched once for all three, and
+    # every object of every job is gone (read directly, not from the informers).
+    jobs = [(await running_job(backend))[0]]
+    for _ in range(2):
+        job = JobID.new()
+        await backend.open(await backend.start(StartRequest(job, 1, 1, spec())))
+        jobs.append(job)
+    watches: list[tuple[str, str | None]] = []
+    kube_of_backend = backend._kube  # what the Backend sends is the point
+    real_watch = kube_of_backend.watch
+
+    def counted(res: Resource, namespace: str | None = None, **kw: Any) -> Any:
+        watches.append((res.plural, kw.get("label_selector")))
+        return real_watch(res, namespace, **kw)
+
+    monkeypatch.setattr(kube_of_backend, "watch", counted)
+    reports = await asyncio.gather(*(backend.stop_job(job, "all at once") for job in jobs))
+    for job, report in zip(jobs, reports, strict=True):
+        assert report.complete, report
+        assert await job_objects(kube, queued, job) == {}
+    # Only the informers' selectors (a label that exists, or none): a stop's own watch
+    # would name its job (job-id=<job>) or its TrainJobs' UIDs (job-uid in (...)).
+    assert watches
+    assert {sel for _, sel in watches} <= {None, names.JOB_ID_LABEL, names.JOBSET_NAME_LABEL,
+                                           names.KUEUE_JOB_UID_LABEL}, watches
+
+
 async def test_stop_job_ends_though_the_controller_manager_does_not_answer(
         backend: Backend, kube: Kube, queued: str, kubeconfig: str) -> None:
     # The fault suite's seed 6029: after etcd compactions the kube-controller-manager's
