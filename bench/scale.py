@@ -892,7 +892,7 @@ async def p4(kubeconfig: str, admin: Kube, jobs: int, tag: str) -> list[P4]:
 
 
 def ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b else "-"
+    return f"{a / b:.2f}x" if b and b == b else "-"  # b == b: not nan
 
 
 def table(d: Phase, f: Phase, workers: int | None = None) -> None:
@@ -991,6 +991,9 @@ async def main() -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=None, metavar="W",
                     help="roll the controller out with --workers=W before each dispatch phase "
                          "(one dispatch phase per W, all beside one floor; default: as deployed)")
+    ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run each N against the floor (--no-floor: the library alone, "
+                         "e.g. to see whether N jobs go through at all in half the time)")
     ap.add_argument("--cluster", default="dk", help="the local cluster (its processes' figures)")
     ap.add_argument("--prompt", type=int, default=5, metavar="JOBS",
                     help="StopJob of a job whose objects go promptly, over this many jobs")
@@ -1013,7 +1016,9 @@ async def main() -> int:
                 pids = cluster_pids(a.cluster)
                 ds.append((w, await dispatch_phase(kubeconfig, admin, n, a.quota, pids,
                                                    f"{tag}{w or ''}")))
-            f = await floor_phase(kubeconfig, admin, n, a.quota, pids, tag)
+            # Without the floor (--no-floor), its column is empty ("-", nan) and no ratio.
+            f = (await floor_phase(kubeconfig, admin, n, a.quota, pids, tag) if a.floor
+                 else Phase("floor (not run)", n))
             for w, d in ds:
                 table(d, f, w)
         if a.prompt:
