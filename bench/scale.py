@@ -491,7 +491,9 @@ def settings(kubeconfig: str, namespace: str) -> dict[str, Any]:
         "namespace": namespace,
         "probeRuntime": {"kind": names.KIND_CLUSTER_TRAINING_RUNTIME, "name": RUNTIME},
         "kueue": {"localQueue": "lq", "admissionCheck": names.ADMISSION_CHECK},
-        "timeouts": {"request": "30s", "stopJob": "10m"},
+        # N concurrent Starts each wait for Kueue's Workload, which Kueue makes one after
+        # another: at N = 1,000 on two cores some waited past the default 2 minutes.
+        "timeouts": {"request": "30s", "start": "10m", "stopJob": "10m"},
     }
 
 

@@ -371,7 +371,7 @@ class _Stop:
         """The job's Workloads, by Kueue's job-uid label; the first time, also the orphans
         whose TrainJob StopJob never saw (a scan of the namespace, see below)."""
         if not self.scanned:
-            if self.scan is None or self.view is None:
+            if self.scan is None or self.view is None or self.scan in self.broken:
                 # No informer to share: one unselected list. Its resourceVersion serves the
                 # selector-scoped watch: that watch misses no change after it.
                 items, rv = await self.kube.list(WORKLOAD, self.namespace)
@@ -383,7 +383,12 @@ class _Stop:
             # proves anything is the direct, selector-scoped one below. An orphan's Workload
             # is older than its TrainJob's deletion; the cache misses it only if the watch
             # lags by more than that, and then the next StopJob finds it.
-            self._learn_owners(await self.view.whole(self.scan))
+            try:
+                self._learn_owners(await self.view.whole(self.scan))
+            except errors.KubeError:
+                # The informer's watch ended by an error: the next pass lists instead.
+                self.broken.add(self.scan)
+                raise
             self.scanned = True
         if not self.owner_uids:
             return [], "", None

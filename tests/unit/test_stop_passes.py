@@ -34,7 +34,7 @@ from dispatch_kubeflow.kube.resources import (
 )
 from dispatch_kubeflow.model import JobID, StopReport
 from dispatch_kubeflow.waits import cancel_all
-from tests.unit.fake_kube import FakeKube
+from tests.unit.fake_kube import FakeKube, status_error
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.virtual_time]
 
@@ -597,3 +597,26 @@ async def test_a_release_that_conflicts_is_judged_again_at_the_new_version() -> 
     assert k.calls["patch"] == 2  # the first a 409, the second at the new version
     assert left(k, POD) == set()
     assert report.complete
+
+
+class InformersRefused(FakeKube):
+    """A cluster whose RBAC lets the caller watch a kind by a job's own selector, not the
+    whole namespace's (the informers' selectors, a label that exists or none): 403."""
+
+    def watch(self, res: Resource, namespace: str | None = None, **kw: Any) -> Any:
+        sel = kw.get("label_selector")
+        if sel is None or not any(c in sel for c in "=("):
+            raise status_error(403, "Forbidden", "watch refused", res)
+        return super().watch(res, namespace, **kw)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_an_informer_that_ends_by_an_error_sends_the_stop_to_its_own_watches(
+        seed: int) -> None:
+    k = InformersRefused(seed)
+    await a_job(k)
+    mine = left(k, *ALL)
+    report = await stop(k, follow=True)
+    assert report.complete
+    assert left(k, *ALL) == set()
+    assert {(r.kind, r.name) for r in report.stopped} == mine
