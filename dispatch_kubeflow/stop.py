@@ -153,6 +153,14 @@ async def _delete(kube: KubeAPI, f: Found) -> None:
                           uid=f.uid or None, propagation="Background")
 
 
+def _uncertain(exc: errors.KubeError) -> bool:
+    """A failure after which a write may or may not have taken effect (no answer, a 5xx), or
+    a server shedding load (429). StopJob's writes are idempotent under their preconditions
+    (a UID, a resourceVersion), so it sends them again on a later pass rather than raise:
+    under load a stop is still a report (issue 11: 1,000 stops at once, a DELETE timed out)."""
+    return exc.status in (0, 429) or 500 <= exc.status <= 599
+
+
 def _makes(kinds: Sequence[Resource]) -> dict[Resource, set[Resource]]:
     """Each kind -> every kind its objects make, directly or through others."""
     out: dict[Resource, set[Resource]] = {k: set() for k in kinds}
@@ -228,6 +236,8 @@ class _Stop:
         self.listed: set[Resource] = set()
         """The kinds listed at least once."""
         self.due: dict[str, float] = {}
+        self.retry: dict[str, float] = {}
+        """When a delete that failed uncertainly (:func:`_uncertain`) is sent again, by UID."""
         """When StopJob deletes an object itself, by UID, if it is still there and not going."""
         self.release_at: dict[str, float] = {}
         """When StopJob releases a pod's job-tracking finalizer, by UID, if it still holds."""
@@ -448,7 +458,10 @@ class _Stop:
                     # Asked already, or going: asking again changes nothing, and nothing is
                     # due (a time left here would wake the passes at once, again and again).
                     self.due.pop(f.uid, None)
+                    self.retry.pop(f.uid, None)
                     continue
+                if now < self.retry.get(f.uid, now):
+                    continue  # its last delete failed; sent again at self.retry[uid]
                 owners = [str(o.get("uid")) for o in meta(f.obj).get("ownerReferences") or []]
                 if f.res is TRAINJOB or not owners:
                     out.append(f)
@@ -480,11 +493,22 @@ class _Stop:
         """Drop the times of what no view holds (gone, or not seen by a list again): a past
         time left behind would wake the passes at once, again and again."""
         live = {uid for k in self.kinds.values() for uid in k.live}
-        for times in (self.due, self.release_at):
+        for times in (self.due, self.release_at, self.retry):
             for uid in [u for u in times if u not in live]:
                 del times[uid]
 
     async def release(self, f: Found) -> None:
+        try:
+            await self._release(f)
+        except errors.KubeError as exc:
+            if not _uncertain(exc):
+                raise
+            log.warning("StopJob %s: releasing pod %s failed (%s); again in %.1fs", self.job,
+                        meta(f.obj).get("name"), exc, _PASS_WAIT)
+            self.released.pop(f.uid, None)
+            self.release_at[f.uid] = self.loop.time() + _PASS_WAIT
+
+    async def _release(self, f: Found) -> None:
         m = meta(f.obj)
         name, rv = str(m["name"]), str(m.get("resourceVersion"))
         self.release_at.pop(f.uid, None)
@@ -524,7 +548,15 @@ class _Stop:
                     await self.list_kind(k, watch=False)
                     k.current = False
         self.asked.add(f.uid)
-        await _delete(self.kube, f)
+        try:
+            await _delete(self.kube, f)
+        except errors.KubeError as exc:
+            if not _uncertain(exc):
+                raise
+            log.warning("StopJob %s: deleting %s %s failed (%s); again in %.1fs", self.job,
+                        f.res.kind, meta(f.obj).get("name"), exc, _PASS_WAIT)
+            self.asked.discard(f.uid)
+            self.retry[f.uid] = self.loop.time() + _PASS_WAIT
 
     # --- the passes -----------------------------------------------------------------------
     def done(self) -> bool:
@@ -570,6 +602,7 @@ class _Stop:
                     break
                 self._forget_gone()
                 wake = min([until, *self.due.values(), *self.release_at.values(),
+                            *(t for t in self.retry.values() if t > now),
                             *(k.retry_at for k in self.kinds.values() if k.failure)])
                 self.changed.clear()  # no await since the checks above: no wake-up is lost
                 with contextlib.suppress(TimeoutError):

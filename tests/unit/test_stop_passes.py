@@ -620,3 +620,40 @@ async def test_an_informer_that_ends_by_an_error_sends_the_stop_to_its_own_watch
     assert report.complete
     assert left(k, *ALL) == set()
     assert {(r.kind, r.name) for r in report.stopped} == mine
+
+
+class LostAnswers(FakeKube):
+    """The first DELETE of each kind in ``kinds`` gets no answer (a timeout under load):
+    sent (``done``: the server deleted it) or not."""
+
+    def __init__(self, seed: int, done: bool, kinds: Sequence[Resource]) -> None:
+        super().__init__(seed)
+        self.done, self.kinds, self.lost = done, set(kinds), 0
+
+    async def delete(self, res: Resource, name: str, namespace: str | None = None,
+                     **kw: Any) -> Any:
+        if res in self.kinds:
+            self.kinds.discard(res)
+            self.lost += 1
+            if self.done:
+                await super().delete(res, name, namespace, **kw)
+            raise errors.KubeError(f"DELETE {res.plural}/{name}: TimeoutError()", status=0,
+                                   reason="Unreachable")
+        return await super().delete(res, name, namespace, **kw)
+
+
+@FOLLOW
+@pytest.mark.parametrize("done", [False, True], ids=["not-sent", "sent"])
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_a_delete_that_gets_no_answer_is_sent_again(seed: int, done: bool,
+                                                          follow: bool) -> None:
+    # 1,000 StopJobs at once on the local cluster: one DELETE timed out and the whole stop
+    # raised. Its deletes are idempotent under the UID precondition: it sends them again.
+    k = LostAnswers(seed, done, (TRAINJOB, WORKLOAD))
+    await a_job(k)
+    mine = left(k, *ALL)
+    report = await stop(k, follow)
+    assert k.lost == 2
+    assert report.complete
+    assert left(k, *ALL) == set()
+    assert {(r.kind, r.name) for r in report.stopped} == mine
