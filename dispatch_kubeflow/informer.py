@@ -201,13 +201,17 @@ class _Informer:
             self.idle.cancel()
             self.idle = None
         if key_label not in self.indexes:
-            index: dict[str, dict[str, Obj]] = {}
-            for name, obj in self.objects.items():
-                k = _key(key_label, obj)
-                if k is not None:
-                    index.setdefault(k, {})[name] = obj
-            self.indexes[key_label] = index
+            self.indexes[key_label] = self._index_by(key_label)
         self.subscribers.setdefault((key_label, key), set()).add(view)
+
+    def _index_by(self, key_label: str | None) -> dict[str, dict[str, Obj]]:
+        """The cache's objects by their key (``key_label``'s value, or the name), by name."""
+        index: dict[str, dict[str, Obj]] = {}
+        for name, obj in self.objects.items():
+            k = _key(key_label, obj)
+            if k is not None:
+                index.setdefault(k, {})[name] = obj
+        return index
 
     def unsubscribe(self, key_label: str | None, key: str, view: View) -> None:
         views = self.subscribers.get((key_label, key))
@@ -253,12 +257,7 @@ class _Informer:
             self.objects = {o["metadata"]["name"]: self._trim(o) for o in ev.items}
             self.revision = revision((ev.object.get("metadata") or {}).get("resourceVersion"))
             for key_label in self.indexes:
-                index: dict[str, dict[str, Obj]] = {}
-                for name, obj in self.objects.items():
-                    k = _key(key_label, obj)
-                    if k is not None:
-                        index.setdefault(k, {})[name] = obj
-                self.indexes[key_label] = index
+                self.indexes[key_label] = self._index_by(key_label)
             self.synced = True
             self._wake_all()  # a fresh list may differ anywhere
             return
