@@ -102,7 +102,16 @@ def cli_settings(kubeconfig: str, ns: str) -> dict[str, Any]:
 async def lib(kubeconfig: str, ns: str, admission: Any, kube: Kube) -> AsyncIterator[Backend]:
     """The library, beside the plugin, with the admission controller running."""
     await admission.deployed(kube)
-    async with await Backend.connect(cli_settings(kubeconfig, ns)) as b:
+    # Right after the fault suite Kueue may take minutes to make Workloads again (CI once
+    # saw none for the probe within 60 s, while a preflight a minute later passed): a
+    # Backend opened then is observe-only. Up to three preflights, as a user would retry;
+    # still observe-only after that, the test fails on it.
+    for attempt in range(3):
+        b = await Backend.connect(cli_settings(kubeconfig, ns))
+        if not b.observe_only or attempt == 2:
+            break
+        await b.close()
+    async with b:
         yield b
 
 
