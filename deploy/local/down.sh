@@ -80,11 +80,8 @@ if [ -d "$STATE" ] || [ -d "$RUN" ]; then
     for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
   done
 
-  # Network namespaces the CNI plugins made for pods (their veths go with them).
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
-    grep -qx "netns $ns" "$STATE_ROOT/machine.before" 2>/dev/null && continue
-    case $ns in cni-*) ip netns delete "$ns" 2>/dev/null ;; esac
-  done
+  # The pods' network namespaces are mounts below $RUN (containerd's
+  # netns_mounts_under_state_dir), unmounted above; their veths went with them.
   # The nodes' namespaces: their veth ends, pod bridges, routes and iptables rules go too.
   for node in "${NODES[@]}"; do
     [ -e "/run/netns/$(node_netns "$node")" ] && ip netns delete "$(node_netns "$node")" 2>/dev/null

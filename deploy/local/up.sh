@@ -112,7 +112,6 @@ if [ ! -f "$STATE_ROOT/machine.before" ]; then
     for d in /var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods /var/run/netns /etc/cni /opt/cni /etc/kueue; do
       [ -e "$d" ] && echo "existed $d"
     done
-    ip netns list 2>/dev/null | awk '{print "netns " $1}'
   } > "$STATE_ROOT/machine.before.tmp"
   mv "$STATE_ROOT/machine.before.tmp" "$STATE_ROOT/machine.before"
 fi
@@ -255,6 +254,9 @@ state = "$R/containerd"
   # No CAP_SYS_RESOURCE here: without this every sandbox fails to start.
   restrict_oom_score_adj = true
   disable_apparmor = true
+  # Pods' network namespaces under this node's state directory, not the machine's
+  # /run/netns: down.sh of one cluster then never touches another's pods.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$N/cni/net.d"

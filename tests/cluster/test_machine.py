@@ -85,12 +85,32 @@ def listening_outside() -> list[str]:
     return bad
 
 
+def pod_netns_mounts() -> tuple[list[str], list[str]]:
+    """Network-namespace mounts of pods: (this cluster's, the machine's /run/netns cni-*)."""
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if " nsfs " in line]
+    return ([m for m in mounts if m.startswith(f"{RUN}/")],
+            [m for m in mounts if m.startswith("/run/netns/cni-")])
+
+
 async def run_one_job(kubeconfig: str) -> None:
     async with await Kube.connect(kubeconfig=kubeconfig, request_timeout=30) as kube:
         ns = "machine"
         await kube.create(r.NAMESPACE, {"metadata": {"name": ns}})
         await make_queues(kube, ns)
-        await kube.create(r.TRAINJOB, trainjob("m", "echo machine-ok"), ns)
+        # Long enough for the pods' sandboxes to be seen.
+        await kube.create(r.TRAINJOB, trainjob("m", "sleep 5; echo machine-ok"), ns)
+
+        async def running() -> bool:
+            pods = await pods_of(kube, ns, "m")
+            return len([p for p in pods if p["status"].get("phase") == "Running"]) == 2
+
+        await eventually(running, 180, "the job's two pods running")
+        # Each pod's network namespace lives below this cluster's own run directory, so
+        # that down.sh of another cluster on the machine never removes it (it once did).
+        own, machine_wide = pod_netns_mounts()
+        assert len(own) >= 2, own
+        assert machine_wide == []
 
         async def done() -> list[Obj] | None:
             pods = await pods_of(kube, ns, "m")
