@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from dispatch_kubeflow.core.objects import metadata_only
 from dispatch_kubeflow.errors import DispatchError
 from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent
 from dispatch_kubeflow.waits import cancel_all
@@ -247,7 +248,7 @@ class _Informer:
     def _trim(self, obj: Obj) -> Obj:
         m = obj.get("metadata") or {}
         if self.feed.metadata_only:
-            return {"metadata": {k: v for k, v in m.items() if k != "managedFields"}}
+            return metadata_only(obj)
         if "managedFields" in m:
             return {**obj, "metadata": {k: v for k, v in m.items() if k != "managedFields"}}
         return obj

@@ -81,7 +81,7 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.core.objects import labels_of, meta
+from dispatch_kubeflow.core.objects import labels_of, meta, metadata_only
 from dispatch_kubeflow.core.times import format_microtime
 from dispatch_kubeflow.find import (
     MADE_BY,
@@ -270,6 +270,10 @@ class _Stop:
         return False
 
     def _saw(self, k: _Kind, f: Found) -> None:
+        # Kept as metadata alone: all a stop reads of what it saw (names, labels, owners,
+        # finalizers, versions), and 1,000 concurrent stops would otherwise hold 1,000
+        # TrainJobs, Workloads and pods whole.
+        f = Found(f.res, metadata_only(f.obj))
         new = f.uid not in self.seen
         # Everything seen is reported, whoever removes it (StopJob or the garbage collector).
         self.seen.setdefault(f.uid, f)

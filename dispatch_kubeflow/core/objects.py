@@ -17,6 +17,12 @@ def meta(obj: Obj | None) -> Mapping[str, Any]:
     return (obj or {}).get("metadata") or {}
 
 
+def metadata_only(obj: Obj | None) -> dict[str, Any]:
+    """A new object of ``obj``'s metadata alone, without ``managedFields`` (what a reader of
+    names, labels, owners and finalizers keeps; the spec and status can be large)."""
+    return {"metadata": {k: v for k, v in meta(obj).items() if k != "managedFields"}}
+
+
 def labels_of(obj: Obj | None) -> Mapping[str, str]:
     return meta(obj).get("labels") or {}
 

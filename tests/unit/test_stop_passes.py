@@ -657,3 +657,35 @@ async def test_a_delete_that_gets_no_answer_is_sent_again(seed: int, done: bool,
     assert report.complete
     assert left(k, *ALL) == set()
     assert {(r.kind, r.name) for r in report.stopped} == mine
+
+
+@FOLLOW
+async def test_a_stop_keeps_only_the_metadata_of_what_it_saw(
+        follow: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,000 concurrent stops each holding their TrainJob, Workloads and pods whole grew the
+    client by hundreds of MB (bench/scale.py, N = 1,000): a stop reads metadata alone."""
+    k = FakeKube()
+    await a_job(k)
+    big = {"spec": {"blob": "x" * 10_000}, "status": {"blob": "y" * 10_000}}
+    for res in ALL:
+        for o in k.all(res):
+            await k.patch(res, o["metadata"]["name"], {
+                **big, "metadata": {"managedFields": [{"manager": "m", "blob": "z" * 1000}]}},
+                NS)
+    kept: list[Obj] = []
+    report_of = stop_mod._Stop.report
+
+    def report(self: stop_mod._Stop) -> StopReport:
+        kept.extend(f.obj for f in self.seen.values())
+        kept.extend(f.obj for kind in self.kinds.values() for f in kind.live.values())
+        return report_of(self)
+
+    monkeypatch.setattr(stop_mod._Stop, "report", report)
+    report_ = await stop(k, follow)
+    assert len(report_.stopped) == len(kept) >= 7
+    assert not left(k, *ALL)
+    for obj in kept:
+        assert set(obj) == {"metadata"}, obj.keys()
+        assert "managedFields" not in obj["metadata"]
+        assert obj["metadata"]["name"]
+        assert obj["metadata"]["uid"]
