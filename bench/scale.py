@@ -96,13 +96,6 @@ FLOOR_MANAGER = "bench-floor"
 FLOOR_GATE = "bench.dispatch.phpboyscout.uk/gate"
 STATE_ROOT = Path(os.environ.get("DISPATCH_STATE_ROOT", "/var/lib/dispatch-local"))
 WAIT_LIMIT = timedelta(minutes=20)
-
-
-def wait_limit(n: int) -> timedelta:
-    """The waits' deadline for N jobs queued at once: with the quota at 10 the cluster runs
-    about 25 jobs a minute, so at N = 1,000 a fixed 20 minutes ended 301 waits of jobs still
-    queued (counted lost, though Kueue had simply not got to them). 6 s a job on top."""
-    return WAIT_LIMIT + timedelta(seconds=6 * n)
 DONE = (ObjectState.SUCCEEDED, ObjectState.FAILED)
 SPEC = JobSpec(COMMAND, NODES, [Image(IMAGE, "IfNotPresent"),
                                 RuntimeRef(names.KIND_CLUSTER_TRAINING_RUNTIME, RUNTIME)])
@@ -110,6 +103,13 @@ SDK_LIMIT = 60
 """Seconds the SDK may take to see a change before it is reported as never seeing it."""
 WATCHED = ("trainjobs", "workloads", "pods", "jobsets")
 """The kinds whose watches the waits would multiply."""
+
+
+def wait_limit(n: int) -> timedelta:
+    """The waits' deadline for N jobs queued at once: with the quota at 10 the cluster runs
+    about 25 jobs a minute, so at N = 1,000 a fixed 20 minutes ended 301 waits of jobs still
+    queued (counted lost, though Kueue had simply not got to them). 6 s a job on top."""
+    return WAIT_LIMIT + timedelta(seconds=6 * n)
 
 
 def now() -> float:

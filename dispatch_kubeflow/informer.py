@@ -246,11 +246,10 @@ class _Informer:
             await stream.aclose()  # type: ignore[attr-defined]
 
     def _trim(self, obj: Obj) -> Obj:
-        m = obj.get("metadata") or {}
         if self.feed.metadata_only:
             return metadata_only(obj)
-        if "managedFields" in m:
-            return {**obj, "metadata": {k: v for k, v in m.items() if k != "managedFields"}}
+        if "managedFields" in (obj.get("metadata") or {}):
+            return {**obj, **metadata_only(obj)}
         return obj
 
     def _apply(self, ev: WatchEvent) -> None:
