@@ -93,6 +93,11 @@ def trainjob_name_pattern(job: JobID) -> re.Pattern[str]:
     return re.compile(rf"^{re.escape(names.trainjob_name(job, 0)[:-1])}\d+$")
 
 
+WORKLOAD_READS = ("spec.podSets[].template.metadata.labels",)
+"""What :func:`belongs` reads of a Workload besides its metadata: a cache of Workloads that
+StopJob scans for orphans keeps it."""
+
+
 def belongs(res: Resource, obj: Mapping[str, Any], job: JobID, owners: set[str],
             pattern: re.Pattern[str]) -> bool:
     """Whether ``obj`` (of kind ``res``) is the job's: its job-id label, its name (a JobSet),

@@ -10,9 +10,12 @@ keys' objects and after every list, and judges the cache itself (:meth:`View.cha
 
 Feeds of one kind, namespace and selector that differ only in their key share one informer:
 one watch and one cache, indexed by each key in use (the waits' TrainJobs by name and
-StopJob's by the job-id label are one watch). Objects are cached without their
-``managedFields``, which nothing here reads; a feed may ask for metadata alone
-(``metadata_only``: StopJob's JobSets, Jobs and runtime copies, whose specs nothing reads).
+StopJob's by the job-id label are one watch). A feed says what its cache keeps of each object
+(``keep``): the metadata, without ``managedFields``, and the fields its readers judge (the
+waits' TrainJobs, Workloads and pods: what :mod:`dispatch_kubeflow.state` reads), or the
+metadata alone (StopJob's JobSets, Jobs and runtime copies). A pod or a Workload is mostly
+spec, a pod template, that no reader here looks at: 1,000 jobs' worth would cost the
+process over 100 MB (issue 11).
 The informer also keeps the resourceVersion its cache is at (:attr:`Snapshot.revision`):
 resourceVersions of one kind are comparable integers (KEP-5504, stable since Kubernetes
 1.35), so a reader that listed the kind itself at version X can tell whether the cache is
@@ -36,7 +39,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from dispatch_kubeflow.core.objects import metadata_only
+from dispatch_kubeflow.core.objects import metadata_only, project
 from dispatch_kubeflow.errors import DispatchError
 from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent
 from dispatch_kubeflow.waits import cancel_all
@@ -53,18 +56,20 @@ LINGER_SECONDS = 30.0
 class Feed:
     """What one informer keeps current: a kind in one namespace, which objects, and the key
     its subscribers look them up by (the value of ``key_label``; None: the object's name).
-    ``metadata_only``: the cache keeps only each object's metadata."""
+    ``keep``: what the cache keeps of each object besides its metadata, as dotted paths
+    (``()``: the metadata alone; None: the whole object), always without ``managedFields``.
+    A reader of the cache may read nothing else."""
 
     res: Resource
     namespace: str
     label_selector: str | None = None
     key_label: str | None = None
-    metadata_only: bool = False
+    keep: tuple[str, ...] | None = None
 
     @property
-    def source(self) -> tuple[Resource, str, str | None, bool]:
+    def source(self) -> tuple[Resource, str, str | None, tuple[str, ...] | None]:
         """What one informer serves: feeds alike but for their key share it."""
-        return self.res, self.namespace, self.label_selector, self.metadata_only
+        return self.res, self.namespace, self.label_selector, self.keep
 
     def key(self, obj: Mapping[str, Any]) -> str | None:
         return _key(self.key_label, obj)
@@ -246,8 +251,8 @@ class _Informer:
             await stream.aclose()  # type: ignore[attr-defined]
 
     def _trim(self, obj: Obj) -> Obj:
-        if self.feed.metadata_only:
-            return metadata_only(obj)
+        if self.feed.keep is not None:
+            return project(obj, self.feed.keep)
         if "managedFields" in (obj.get("metadata") or {}):
             return {**obj, **metadata_only(obj)}
         return obj
@@ -297,7 +302,8 @@ class Informers:
 
     def __init__(self, kube: KubeAPI) -> None:
         self._kube = kube
-        self._running: dict[tuple[Resource, str, str | None, bool], _Informer] = {}
+        self._running: dict[tuple[Resource, str, str | None, tuple[str, ...] | None],
+                            _Informer] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         self._closed = False
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dispatch_kubeflow import errors, gate, hold, preflight
+from dispatch_kubeflow import errors, find, gate, hold, preflight, state
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.find import KINDS
@@ -89,9 +89,11 @@ class KueueMode:
 
     def watched(self, namespace: str) -> list[Feed]:
         # Kueue labels each job's Workload with the job's UID: every such Workload of the
-        # namespace, keyed by that label.
+        # namespace, keyed by that label. Its cache keeps what the waits judge and what
+        # StopJob's orphan scan reads, not the pod templates.
         return [Feed(WORKLOAD, namespace, label_selector=names.KUEUE_JOB_UID_LABEL,
-                     key_label=names.KUEUE_JOB_UID_LABEL)]
+                     key_label=names.KUEUE_JOB_UID_LABEL,
+                     keep=state.WORKLOAD_READS + find.WORKLOAD_READS)]
 
     def hold_expiry(self, trainjob: Mapping[str, Any] | None,
                     pods: Sequence[Mapping[str, Any]]) -> datetime | None:

@@ -72,9 +72,9 @@ def subscriptions(mode: ObserveMode, namespace: str, name: str, uid: str
     objects, the very ones its own watch by name, by label or by UID used to select. No
     selector on TrainJobs, so the wait of any TrainJob of the namespace sees what it did.
     """
-    return [(Feed(TRAINJOB, namespace), name),
+    return [(Feed(TRAINJOB, namespace, keep=state.TRAINJOB_READS), name),
             (Feed(POD, namespace, label_selector=names.JOBSET_NAME_LABEL,
-                  key_label=names.JOBSET_NAME_LABEL), name),
+                  key_label=names.JOBSET_NAME_LABEL, keep=state.POD_READS), name),
             *((feed, uid) for feed in mode.watched(namespace))]
 
 

@@ -58,6 +58,15 @@ Obj = Mapping[str, Any]
 W = TypeVar("W", bound=Mapping[str, Any])
 
 
+# What :func:`observe` reads of each object besides its metadata, as dotted paths: all a
+# cache of objects it judges must keep (dispatch_kubeflow.informer's ``Feed.keep``; the rest,
+# a pod template mostly, is most of each object). tests/unit/test_state.py records every
+# field observe reads and fails on one not listed here.
+TRAINJOB_READS = ("spec.suspend", "status.conditions")
+WORKLOAD_READS = ("spec.active", "status.conditions", "status.admissionChecks")
+POD_READS = ("status.phase",)
+
+
 # --- small readers of the job's objects (the generic ones are dispatch_kubeflow.core's) -----
 
 

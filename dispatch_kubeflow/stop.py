@@ -103,6 +103,7 @@ from dispatch_kubeflow.kube.resources import (
     WORKLOAD,
 )
 from dispatch_kubeflow.model import JobID, ObjectRef, StopReport
+from dispatch_kubeflow.state import POD_READS, TRAINJOB_READS
 from dispatch_kubeflow.waits import cancel_all
 
 log = logging.getLogger(__name__)
@@ -642,14 +643,16 @@ def stop_feeds(namespace: str) -> dict[Resource, Feed]:
     """The informers a stop in ``namespace`` follows, by kind (the Workloads' is the mode's).
 
     TrainJobs and pods share the waits' informers (:func:`dispatch_kubeflow.observe.
-    subscriptions`: one watch each, another index); JobSets, Jobs and runtime copies are
-    watched for StopJob alone, and their metadata is all it reads."""
+    subscriptions`: one watch each, another index; so the same ``keep``, of which StopJob
+    reads the metadata); JobSets, Jobs and runtime copies are watched for StopJob alone, and
+    their metadata is all it reads."""
     by_job = names.JOB_ID_LABEL
     return {
-        TRAINJOB: Feed(TRAINJOB, namespace, key_label=by_job),
-        POD: Feed(POD, namespace, label_selector=names.JOBSET_NAME_LABEL, key_label=by_job),
-        **{res: Feed(res, namespace, label_selector=by_job, key_label=by_job,
-                     metadata_only=True) for res in (JOBSET, JOB, TRAINING_RUNTIME)},
+        TRAINJOB: Feed(TRAINJOB, namespace, key_label=by_job, keep=TRAINJOB_READS),
+        POD: Feed(POD, namespace, label_selector=names.JOBSET_NAME_LABEL, key_label=by_job,
+                  keep=POD_READS),
+        **{res: Feed(res, namespace, label_selector=by_job, key_label=by_job, keep=())
+           for res in (JOBSET, JOB, TRAINING_RUNTIME)},
     }
 
 

@@ -23,6 +23,41 @@ def metadata_only(obj: Obj | None) -> dict[str, Any]:
     return {"metadata": {k: v for k, v in meta(obj).items() if k != "managedFields"}}
 
 
+def project(obj: Obj | None, paths: tuple[str, ...]) -> dict[str, Any]:
+    """A new object of ``obj``'s metadata (as :func:`metadata_only`) and the fields at the
+    dotted ``paths``, shared with ``obj``: ``"status.conditions"``, or through each item of a
+    list, ``"spec.podSets[].template.metadata.labels"`` (the list keeps its length). A path
+    absent from ``obj`` is absent from the result. What a cache keeps of what it judges."""
+    out = metadata_only(obj)
+    for path in paths:
+        _copy(obj or {}, path.split("."), out)
+    return out
+
+
+def _copy(src: Any, steps: list[str], dst: dict[str, Any]) -> None:
+    """Copy the field at ``steps`` below ``src`` into ``dst``, making only the dicts and
+    lists on the way to a field that exists."""
+    step, rest = steps[0], steps[1:]
+    through = step.endswith("[]")
+    key = step[:-2] if through else step
+    if not isinstance(src, Mapping) or key not in src:
+        return
+    value = src[key]
+    if not rest:
+        dst[key] = value
+    elif through:
+        if isinstance(value, list):
+            kept = dst.get(key) or [{} for _ in value]
+            for item, into in zip(value, kept, strict=True):
+                _copy(item, rest, into)
+            dst[key] = kept
+    else:
+        below = dst.get(key) or {}
+        _copy(value, rest, below)
+        if below:
+            dst[key] = below
+
+
 def labels_of(obj: Obj | None) -> Mapping[str, str]:
     return meta(obj).get("labels") or {}
 

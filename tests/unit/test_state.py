@@ -211,3 +211,94 @@ def test_observe_listed_matches_observe_per_job() -> None:
     assert out["dj-other-s1"] == observe(gated, wl_gated, [])
     assert out[TJ].state is ObjectState.RUNNING
     assert out["dj-other-s1"].state is ObjectState.GATED
+
+
+# --- what observe reads: all a cache of the objects it judges keeps -----------------------
+
+
+class _Recorded(dict[str, Any]):
+    """A dict that records, in ``reads``, the dotted path of every field read from it (and
+    from the dicts and lists beneath it, wrapped alike)."""
+
+    def __init__(self, obj: dict[str, Any], path: str, reads: set[str]) -> None:
+        super().__init__(obj)
+        self._path, self._reads = path, reads
+
+    def _wrap(self, key: str, value: Any) -> Any:
+        path = f"{self._path}.{key}" if self._path else key
+        self._reads.add(path)
+        if isinstance(value, dict):
+            return _Recorded(value, path, self._reads)
+        if isinstance(value, list):
+            return [_Recorded(v, f"{path}[]", self._reads) if isinstance(v, dict) else v
+                    for v in value]
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._wrap(key, super().__getitem__(key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._wrap(key, super().get(key, default))
+
+
+def _within(path: str, kept: tuple[str, ...]) -> bool:
+    """Whether ``path`` is in the metadata, on the way to a kept field or beneath one."""
+    bare = path.replace("[]", "")
+    return bare == "metadata" or bare.startswith("metadata.") or any(
+        bare == k or k.startswith(f"{bare}.") or bare.startswith(f"{k}.") for k in kept)
+
+
+def _project(obj: Any, kept: tuple[str, ...]) -> Any:
+    from dispatch_kubeflow.core.objects import project
+
+    return None if obj is None else project(obj, kept)
+
+
+@pytest.mark.parametrize(("trainjob_", "workload_", "pods"), [r[1:4] for r in ROWS],
+                         ids=[r[0] for r in ROWS])
+def test_observe_reads_only_what_a_cache_keeps(trainjob_: Any, workload_: Any,
+                                               pods: list[Any]) -> None:
+    """Every field the table reads is among state's ``*_READS`` (or metadata), and the table
+    says the same of the objects cut down to them, as the Backend's informers keep them."""
+    from dispatch_kubeflow.state import POD_READS, TRAINJOB_READS, WORKLOAD_READS
+
+    reads: dict[str, set[str]] = {"trainjob": set(), "workload": set(), "pod": set()}
+    tj = None if trainjob_ is None else _Recorded(trainjob_, "", reads["trainjob"])
+    wl = None if workload_ is None else _Recorded(workload_, "", reads["workload"])
+    ps = [_Recorded(p, "", reads["pod"]) for p in pods]
+    assert observe(tj, wl, ps) == observe(trainjob_, workload_, pods)
+    for what, kept in (("trainjob", TRAINJOB_READS), ("workload", WORKLOAD_READS),
+                       ("pod", POD_READS)):
+        assert {p for p in reads[what] if not _within(p, kept)} == set(), what
+    assert observe(_project(trainjob_, TRAINJOB_READS), _project(workload_, WORKLOAD_READS),
+                   [_project(p, POD_READS) for p in pods]) == observe(trainjob_, workload_, pods)
+
+
+def test_the_recorder_sees_a_field_not_kept() -> None:
+    """The guard above can fail: a read of the TrainJob's spec.trainer is seen."""
+    reads: set[str] = set()
+    tj = _Recorded(trainjob(), "", reads)
+    assert tj["spec"]["trainer"]["numNodes"] == 2
+    assert "spec.trainer.numNodes" in reads
+    assert not _within("spec.trainer.numNodes", ("spec.suspend", "status.conditions"))
+    assert _within("status.conditions[].type", ("status.conditions",))
+
+
+def test_project_keeps_metadata_and_the_paths_given() -> None:
+    from dispatch_kubeflow.core.objects import project
+
+    tj = trainjob(suspend=False)
+    tj["metadata"]["managedFields"] = [{"manager": "kueue"}]
+    out = project(tj, ("spec.suspend", "status.conditions", "status.absent", "x.y.z"))
+    assert out == {"metadata": {k: v for k, v in tj["metadata"].items()
+                                if k != "managedFields"},
+                   "spec": {"suspend": False}, "status": {"conditions": []}}
+    assert project(None, ("spec.suspend",)) == {"metadata": {}}
+    assert project({"spec": None}, ("spec.suspend",)) == {"metadata": {}}
+    assert project({"spec": {"trainer": {}}}, ("spec.suspend",)) == {"metadata": {}}
+    wl = {"spec": {"podSets": [{"name": "a", "template": {"metadata": {"labels": {"x": "1"}},
+                                                          "spec": {"containers": []}}},
+                               {"name": "b", "count": 2}]}}
+    assert project(wl, ("spec.podSets[].template.metadata.labels", "spec.podSets[].name")) == {
+        "metadata": {}, "spec": {"podSets": [
+            {"template": {"metadata": {"labels": {"x": "1"}}}, "name": "a"}, {"name": "b"}]}}

@@ -21,7 +21,7 @@ from dispatch_kubeflow import errors
 from dispatch_kubeflow import stop as stop_mod
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.find import KINDS
-from dispatch_kubeflow.informer import Feed, Informers
+from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.kube import Resource, WatchEvent
 from dispatch_kubeflow.kube.resources import (
     EVENT,
@@ -32,7 +32,9 @@ from dispatch_kubeflow.kube.resources import (
     TRAINJOB,
     WORKLOAD,
 )
+from dispatch_kubeflow.mode_kueue import KueueMode
 from dispatch_kubeflow.model import JobID, StopReport
+from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.waits import cancel_all
 from tests.unit.fake_kube import FakeKube, status_error
 
@@ -284,8 +286,15 @@ async def bare_minimum(k: FakeKube, job: JobID, kinds: Sequence[Resource]) -> No
 
 
 PLAIN_KINDS = tuple(kind for kind in KINDS if kind is not WORKLOAD)
-WORKLOAD_FEED = Feed(WORKLOAD, NS, label_selector=names.KUEUE_JOB_UID_LABEL,
-                     key_label=names.KUEUE_JOB_UID_LABEL)  # Kueue mode's, as a Backend has
+def _kueue_mode() -> KueueMode:
+    mode = KueueMode.from_settings(Settings.parse(
+        {"namespace": NS, "probeRuntime": {"name": "rt"}, "kueue": {"localQueue": "lq"}}))
+    assert mode is not None
+    return mode
+
+
+KUEUE_MODE = _kueue_mode()
+WORKLOAD_FEED, = KUEUE_MODE.watched(NS)  # Kueue mode's, as a Backend has
 
 
 async def timed(k: FakeKube, work: Awaitable[Any]) -> tuple[int, float, Any]:
@@ -689,3 +698,15 @@ async def test_a_stop_keeps_only_the_metadata_of_what_it_saw(
         assert "managedFields" not in obj["metadata"]
         assert obj["metadata"]["name"]
         assert obj["metadata"]["uid"]
+
+
+async def test_stops_follow_the_informers_the_waits_run() -> None:
+    """A Backend's StopJob follows the very informers its waits run (one watch and one cache
+    per kind, whatever each keeps)."""
+    from dispatch_kubeflow.observe import subscriptions
+
+    waits = {feed.res: feed.source for feed, _ in subscriptions(KUEUE_MODE, NS, "tj", "u")}
+    stops = stop_mod.stop_feeds(NS)
+    assert stops[TRAINJOB].source == waits[TRAINJOB]
+    assert stops[POD].source == waits[POD]
+    assert WORKLOAD_FEED.source == waits[WORKLOAD]
