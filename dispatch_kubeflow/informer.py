@@ -240,8 +240,10 @@ class _Informer:
 
     async def _run(self, kube: KubeAPI) -> None:
         f = self.feed
+        # Trimmed by the stream too, as each page of a list arrives: a list of the whole
+        # namespace is never held whole.
         stream = kube.observe(f.res, f.namespace, label_selector=f.label_selector,
-                              timeout_seconds=WATCH_SECONDS)
+                              timeout_seconds=WATCH_SECONDS, trim=self._trim)
         try:
             async for ev in stream:
                 self._apply(ev)
@@ -251,6 +253,9 @@ class _Informer:
             await stream.aclose()  # type: ignore[attr-defined]
 
     def _trim(self, obj: Obj) -> Obj:
+        """What the cache keeps of ``obj``: applied by the stream as it lists and watches,
+        and again as the cache takes it (a port may ignore ``trim``; trimming twice is
+        trimming once)."""
         if self.feed.keep is not None:
             return project(obj, self.feed.keep)
         if "managedFields" in (obj.get("metadata") or {}):

@@ -11,7 +11,7 @@ so it can be exercised without a cluster; errors are those of
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -63,8 +63,11 @@ class KubeAPI(Protocol):
 
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None,
-                   field_selector: str | None = None) -> tuple[builtins.list[Obj], str]:
-        """All items and the list's resourceVersion (to watch from)."""
+                   field_selector: str | None = None,
+                   trim: Callable[[Obj], Obj] | None = None) -> tuple[builtins.list[Obj], str]:
+        """All items and the list's resourceVersion (to watch from). ``trim``: what is kept
+        of each item, applied as each page arrives (a list of 2,000 pods is never held
+        whole)."""
         ...
 
     async def create(self, res: Resource, body: Obj, namespace: str | None = None, *,
@@ -104,9 +107,11 @@ class KubeAPI(Protocol):
     def observe(self, res: Resource, namespace: str | None = None, *,
                 label_selector: str | None = None,
                 field_selector: str | None = None,
-                timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
+                timeout_seconds: int = 290,
+                trim: Callable[[Obj], Obj] | None = None) -> AsyncIterator[WatchEvent]:
         """List (a SYNC event), then watch; lists again after a 410 or a failure. Never
-        ends by itself; 401, 403 and 404 are raised."""
+        ends by itself; 401, 403 and 404 are raised. ``trim``: what is kept of each object
+        listed or watched."""
         ...
 
     async def served_versions(self, group: str) -> builtins.list[str]:

@@ -26,7 +26,7 @@ import builtins
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -291,19 +291,24 @@ class Kube:
 
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None,
-                   field_selector: str | None = None) -> tuple[list[Obj], str]:
-        """All items (following ``continue``) and the list's resourceVersion."""
+                   field_selector: str | None = None,
+                   trim: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
+        """All items (following ``continue``: one consistent read) and the list's
+        resourceVersion; ``trim`` applied to each item as its page arrives."""
         items: list[Obj] = []
         cont: str | None = None
         while True:
             page = await self._send("GET", res.path(namespace), query={
                 "labelSelector": label_selector, "fieldSelector": field_selector,
-                "limit": 500, "continue": cont,
+                # A page is parsed whole before it is trimmed: smaller pages bound what a
+                # trimmed list (an informer's, of a whole namespace) holds at once, 100 pods
+                # about 5 MB, for a few more requests of a list made once per informer.
+                "limit": 500 if trim is None else 100, "continue": cont,
             })
-            for item in page.get("items") or []:
+            for item in page.pop("items", None) or []:
                 item.setdefault("apiVersion", res.api_version)
                 item.setdefault("kind", res.kind)
-                items.append(item)
+                items.append(item if trim is None else trim(item))
             cont = (page.get("metadata") or {}).get("continue")
             if not cont:
                 return items, str((page.get("metadata") or {}).get("resourceVersion", ""))
@@ -413,11 +418,12 @@ class Kube:
     def observe(self, res: Resource, namespace: str | None = None, *,
                 label_selector: str | None = None,
                 field_selector: str | None = None,
-                timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
+                timeout_seconds: int = 290,
+                trim: Callable[[Obj], Obj] | None = None) -> AsyncIterator[WatchEvent]:
         """List, then watch, surviving expiry and failures: see :func:`observe`."""
         return observe(self, res, namespace, label_selector=label_selector,
                        field_selector=field_selector, timeout_seconds=timeout_seconds,
-                       backoff=self.watch_backoff)
+                       backoff=self.watch_backoff, trim=trim)
 
     # --- special endpoints ---------------------------------------------------------------
     async def served_versions(self, group: str) -> builtins.list[str]:
@@ -463,8 +469,10 @@ class Kube:
 async def observe(api: KubeAPI, res: Resource, namespace: str | None = None, *,
                   label_selector: str | None = None, field_selector: str | None = None,
                   timeout_seconds: int = 290,
-                  backoff: WatchBackoff = WATCH_BACKOFF) -> AsyncIterator[WatchEvent]:
-    """List, then watch; yields a SYNC event with every list.
+                  backoff: WatchBackoff = WATCH_BACKOFF,
+                  trim: Callable[[Obj], Obj] | None = None) -> AsyncIterator[WatchEvent]:
+    """List, then watch; yields a SYNC event with every list. ``trim``: what is kept of
+    each object listed (page by page) or watched.
 
     Lists again (and yields SYNC) after a 410, and, with a back-off (by default 0.2 s
     doubling to 5 s), after any other failure of the list or the watch: the server unreachable or
@@ -478,7 +486,7 @@ async def observe(api: KubeAPI, res: Resource, namespace: str | None = None, *,
     while True:
         try:
             items, rv = await api.list(res, namespace, label_selector=label_selector,
-                                       field_selector=field_selector)
+                                       field_selector=field_selector, trim=trim)
             # The list's resourceVersion rides on the SYNC: where a cache of it is at.
             yield WatchEvent("SYNC", {"metadata": {"resourceVersion": rv}}, tuple(items))
             while True:
@@ -491,7 +499,7 @@ async def observe(api: KubeAPI, res: Resource, namespace: str | None = None, *,
                     rv = str(ev.object.get("metadata", {}).get("resourceVersion", rv))
                     seen += 1
                     delay = backoff.first  # the server is answering again
-                    yield ev
+                    yield ev if trim is None else WatchEvent(ev.type, trim(ev.object))
                 if not seen and loop.time() - began >= backoff.quick_end:
                     delay = backoff.first  # a quiet watch that ran its course
                 elif not seen:

@@ -416,11 +416,14 @@ class FakeKube:
 
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None,
-                   field_selector: str | None = None) -> tuple[builtins.list[Obj], str]:
+                   field_selector: str | None = None,
+                   trim: Callable[[Obj], Obj] | None = None) -> tuple[builtins.list[Obj], str]:
         await self._enter("list", res, "")
         items = [clone(o) for k, o in sorted(kv for kv in self.objects.items()
                                              if kv[0][0] == res.plural)
                  if self._selected(res, namespace, o, label_selector, field_selector)]
+        if trim is not None:
+            items = [trim(o) for o in items]
         rv = str(self.rv)
         await self._yield()
         return items, rv
@@ -594,10 +597,11 @@ class FakeKube:
     def observe(self, res: Resource, namespace: str | None = None, *,
                 label_selector: str | None = None,
                 field_selector: str | None = None,
-                timeout_seconds: int = 290) -> AsyncIterator[WatchEvent]:
+                timeout_seconds: int = 290,
+                trim: Callable[[Obj], Obj] | None = None) -> AsyncIterator[WatchEvent]:
         return observe(self, res, namespace, label_selector=label_selector,
                        field_selector=field_selector, timeout_seconds=timeout_seconds,
-                       backoff=self.watch_backoff)
+                       backoff=self.watch_backoff, trim=trim)
 
     async def served_versions(self, group: str) -> builtins.list[str]:
         await self._enter("served_versions", _GROUP, group)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -190,9 +190,10 @@ class Metered(FakeKube):
 
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None,
-                   field_selector: str | None = None) -> tuple[list[Obj], str]:
+                   field_selector: str | None = None,
+                   trim: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
         items, rv = await super().list(res, namespace, label_selector=label_selector,
-                                       field_selector=field_selector)
+                                       field_selector=field_selector, trim=trim)
         self.read += len(items)
         self.lists[res.plural] = self.lists.get(res.plural, 0) + 1
         return items, rv

@@ -56,6 +56,8 @@ class FakeApi:
         self.lists = 0
         self.watch_requests = 0
         self.list_failures: list[int] = []  # statuses to answer the next lists with
+        self.pages: list[str | None] = []  # each list request's limit, when paging
+        self.paging = False  # answer lists page by page, by limit and continue
         self.runner: web.AppRunner | None = None
         self.port = 0
 
@@ -70,6 +72,13 @@ class FakeApi:
             return web.json_response({"kind": "Status", "code": status,
                                       "reason": "InternalError", "message": "try again"},
                                      status=status)
+        if self.paging:
+            limit, start = request.query.get("limit"), int(request.query.get("continue", 0))
+            self.pages.append(limit)
+            end = start + int(limit or len(self.items))
+            more = {"continue": str(end)} if end < len(self.items) else {}
+            return web.json_response({"kind": "PodList", "items": self.items[start:end],
+                                      "metadata": {"resourceVersion": str(self.rv), **more}})
         return web.json_response({"kind": "PodList", "metadata": {"resourceVersion": str(self.rv)},
                                   "items": self.items})
 
@@ -258,6 +267,45 @@ async def test_a_list_whose_body_breaks_raises_kube_error(api: FakeApi, kube: Ku
     finally:
         await k.close()
         await runner.cleanup()
+
+
+async def test_a_trimmed_list_is_trimmed_page_by_page(api: FakeApi, kube: Kube) -> None:
+    """What an informer keeps of a namespace's objects is cut as each page arrives, in pages
+    of 100, so the list is never held whole; untrimmed lists keep their pages of 500."""
+    from dispatch_kubeflow.core.objects import metadata_only
+
+    api.paging = True
+    api.items = [{**pod(f"p{i}", i), "spec": {"containers": [{"name": "c"}]}}
+                 for i in range(250)]
+    trimmed_after: list[int] = []
+
+    def trim(o: Obj) -> dict[str, Any]:
+        trimmed_after.append(len(api.pages))  # pages asked for when this item was cut
+        return metadata_only(o)
+
+    items, rv = await kube.list(r.POD, NS, trim=trim)
+    assert [o["metadata"]["name"] for o in items] == [f"p{i}" for i in range(250)]
+    assert all(set(o) == {"metadata"} for o in items)
+    assert (rv, api.pages) == ("1", ["100", "100", "100"])
+    assert trimmed_after[:100] == [1] * 100  # the first page cut before the second was asked
+    whole, _ = await kube.list(r.POD, NS)
+    assert len(whole) == 250
+    assert "spec" in whole[0]
+    assert api.pages[3:] == ["500"]
+
+
+async def test_observe_trims_what_it_lists_and_what_it_watches(api: FakeApi,
+                                                               kube: Kube) -> None:
+    api.items = [{**pod("p0", 1), "spec": {"big": True}}]
+    api.watches = [sends(line("ADDED", {**pod("p1", 2), "spec": {"big": True}}))]
+    stream = kube.observe(r.POD, NS, timeout_seconds=5,
+                          trim=lambda o: {"metadata": o["metadata"]})
+    try:
+        sync, added = await take(stream, 2)
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+    assert [set(o) for o in sync.items] == [{"metadata"}]
+    assert (added.type, set(added.object)) == ("ADDED", {"metadata"})
 
 
 async def test_nothing_listening_is_unreachable() -> None:
