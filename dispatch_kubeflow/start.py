@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
+from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta, metadata_only
 from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.kube import KubeAPI, retry
 from dispatch_kubeflow.kube.resources import (
@@ -372,6 +372,9 @@ async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
                 f"{what_tj}: the job's objects kept changing during {_ROUNDS} rounds of Start "
                 "(a concurrent StopJob, or the previous objects still being removed); try again")
     assert tj is not None
+    # Waiting for Kueue's Workload may take a while: hold the TrainJob's metadata alone (all
+    # that is read of it from here) and not the runtime (1,000 Starts at once, issue 11).
+    tj, source = metadata_only(tj), None
     await mode.started(kube, tj, shared)
     return ObjectRef(namespace=ns, name=name, kind="TrainJob", api_version=TRAINJOB_API_VERSION,
                      uid=str(meta(tj)["uid"]))
@@ -419,10 +422,12 @@ async def _create_copy(kube: KubeAPI, ns: str, name: str, source: Mapping[str, A
                        mine: Mapping[str, Any]) -> dict[str, Any]:
     """Create this request's runtime copy. Idempotent by name: of concurrent creates one
     wins, the others get KubeConflict (409) and judge again."""
-    created: dict[str, Any] = await kube.create(TRAINING_RUNTIME, runtime_copy(
+    created = await kube.create(TRAINING_RUNTIME, runtime_copy(
         source, name=name, namespace=ns, labels=job_labels(req), digest=digest,
         image=image, request=_canonical(mine)), ns, field_manager=names.ADAPTER_FIELD_MANAGER)
-    return created
+    # Its metadata is all a Start reads of it (the hash, the owner, the resourceVersion);
+    # 1,000 concurrent Starts would otherwise each hold a runtime's pod templates.
+    return metadata_only(created)
 
 
 async def _patch_owner(kube: KubeAPI, ns: str, name: str, rt: Mapping[str, Any],
