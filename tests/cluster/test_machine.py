@@ -25,12 +25,26 @@ REPO = Path(__file__).resolve().parents[2]
 NAME = "dkm"
 STATE = Path("/var/lib/dispatch-local") / NAME
 RUN = Path("/run/dispatch-local") / NAME
+
+
+def _free_prefix() -> str:
+    """A node subnet no address or route of this machine is in: a cluster left running (or
+    its bridge left behind) on the first choice must not fail this test (it once did)."""
+    taken = subprocess.run(["bash", "-c", "ip -4 -o addr show; ip -4 route show"],
+                           capture_output=True, text=True, check=True).stdout
+    for second in range(245, 255):
+        if f"10.{second}." not in taken:
+            return f"10.{second}"
+    raise RuntimeError(f"no free 10.245-10.254 subnet on this machine:\n{taken}")
+
+
+PREFIX = _free_prefix()
 # Ports and addresses of its own: see deploy/local/lib.sh.
 ENV = {**os.environ, "ETCD_PORT": "32379", "APISERVER_PORT": "36443", "KCM_PORT": "30257",
        "SCHED_PORT": "30259", "JOBSET_WEBHOOK_PORT": "31443", "KUEUE_WEBHOOK_PORT": "32443",
        "TRAINER_WEBHOOK_PORT": "33443", "JOBSET_HEALTH_PORT": "31081",
        "KUEUE_HEALTH_PORT": "32081", "TRAINER_HEALTH_PORT": "33081",
-       "TRAINER_STATUS_PORT": "33444", "NODE_SUBNET_PREFIX": "10.245"}
+       "TRAINER_STATUS_PORT": "33444", "NODE_SUBNET_PREFIX": PREFIX}
 
 
 def machine_snapshot() -> dict[str, object]:
@@ -44,7 +58,7 @@ def machine_snapshot() -> dict[str, object]:
     return {
         # This cluster's processes: everything that names its directories or ports.
         "processes": sorted(sh(
-            f"pgrep -a -f '{STATE}|{RUN}|10\\.245\\.|:36443' | grep -v pgrep "
+            f"pgrep -a -f '{STATE}|{RUN}|{PREFIX.replace('.', '[.]')}[.]|:36443' | grep -v pgrep "
             "| awk '{print $2}'").split()),
         "mounts": sorted(m for m in (line.split()[4] for line in mountinfo)
                          if m.startswith((str(STATE), str(RUN), "/run/netns"))),
@@ -56,7 +70,7 @@ def machine_snapshot() -> dict[str, object]:
                     for k in ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops",
                               "net.ipv4.ip_forward")},
         "routes": sorted(line for line in sh("ip -4 route show").splitlines()
-                         if "10.245." in line),
+                         if f"{PREFIX}." in line),
         "dirs": {d: os.path.exists(d) for d in ("/var/lib/kubelet", "/var/lib/cni",
                                                  "/var/log/containers", "/var/log/pods",
                                                  "/var/lib/dispatch-local", "/run/dispatch-local",
@@ -80,7 +94,7 @@ def listening_outside() -> list[str]:
         local, users = fields[3], " ".join(fields[5:])
         if not any(f"pid={pid}," in users for pid in pids):
             continue
-        if local.rsplit(":", 1)[0] not in ("127.0.0.1", "10.245.0.1"):
+        if local.rsplit(":", 1)[0] not in ("127.0.0.1", f"{PREFIX}.0.1"):
             bad.append(line)
     return bad
 
