@@ -106,6 +106,31 @@ if TYPE_CHECKING:
     from kubernetes_asyncio import client as k8s_client
 
 
+def _proxy_once(rest: Any, host: str | None) -> None:
+    """Choose the environment's proxy for the API server once, as aiohttp would (its own
+    lookup: HTTPS_PROXY, NO_PROXY, netrc credentials), and stop aiohttp choosing it again per
+    request: kubernetes_asyncio's session trusts the environment, so every request re-read
+    the proxy variables and parsed ~/.netrc in a thread, 5 % of the controller's CPU at
+    N = 200 (py-spy, docs/scale.md)."""
+    session = rest.pool_manager
+    if not getattr(session, "_trust_env", False):
+        return
+    if not rest.proxy and host:
+        from aiohttp.helpers import get_env_proxy_for_url
+        from yarl import URL
+
+        try:
+            proxy, auth = get_env_proxy_for_url(URL(host))
+        except LookupError:  # none set, or NO_PROXY names the host
+            pass
+        else:
+            rest.proxy = str(proxy)
+            if auth is not None:
+                rest.proxy_headers = {**(rest.proxy_headers or {}),
+                                      "Proxy-Authorization": auth.encode()}
+    session._trust_env = False  # aiohttp keeps the flag there; no public setter
+
+
 class Kube:
     """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
 
@@ -113,6 +138,7 @@ class Kube:
                  watch_grace: float = WATCH_GRACE, watch_backoff: WatchBackoff = WATCH_BACKOFF,
                  transient_window: float = TRANSIENT_WINDOW) -> None:
         self._api = api
+        _proxy_once(api.rest_client, api.configuration.host)
         self._streams: Any = None  # the RESTClientObject of streams, made on first use
         self.request_timeout = request_timeout
         self.watch_grace = watch_grace
@@ -178,6 +204,7 @@ class Kube:
             from kubernetes_asyncio.client import rest as k8s_rest
 
             self._streams = k8s_rest.RESTClientObject(self._api.configuration, maxsize=0)
+            _proxy_once(self._streams, self._api.configuration.host)
         return self._streams
 
     async def __aenter__(self) -> Kube:
