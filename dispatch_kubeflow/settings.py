@@ -79,7 +79,9 @@ class _Section(BaseModel):
 
 
 class ClusterSettings(_Section):
-    """How to reach the cluster: a kubeconfig (and context), or the pod's service account."""
+    """How to reach the cluster: a kubeconfig (and context), or the pod's service account.
+    A proxy is taken from the environment (``HTTPS_PROXY``, ``NO_PROXY``, ``~/.netrc``), read
+    once when the connection opens."""
 
     kubeconfig: str | None = Field(
         None, description="a path to a kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
