@@ -28,7 +28,12 @@ from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import is_true
 from dispatch_kubeflow.kube import Kube, Resource, WatchEvent
 from dispatch_kubeflow.kube import resources as r
-from tests.cluster.admission_fixture import DEPLOYMENT_NAME, AdmissionHandle, dump_logs
+from tests.cluster.admission_fixture import (
+    DEPLOYMENT,
+    DEPLOYMENT_NAME,
+    AdmissionHandle,
+    dump_logs,
+)
 from tests.cluster.helpers import eventually, why_not_local
 from tests.cluster.test_adapter_kueue import spec
 from tests.cluster.test_adapter_plain import plain, state_is
@@ -66,12 +71,29 @@ async def settled(kube: Kube, limit: float = 120) -> None:
     works, not on one still coming back."""
     probe = f"settle-{uuid.uuid4().hex[:8]}"
     await eventually(lambda: nodes_ready(kube), limit, "every node Ready after the restart")
+    # Kueue, JobSet and Trainer (controller-runtime) exit when they lose their leader Lease
+    # while the API server is away, and the kubelet brings them back after its crash-loop
+    # back-off; the admission controller may be rolling. CI 2026-12-04 once saw the next
+    # test's first check never Ready within 90 s after a restart.
+    await eventually(lambda: deployments_available(kube), 2 * limit,
+                     "every Deployment available after the restart")
     await kube.create(r.NAMESPACE, {"metadata": {"name": probe}})
     try:
         await eventually(lambda: kube.get_or_none(r.SERVICE_ACCOUNT, "default", probe), limit,
                          f"the default ServiceAccount of a new namespace {probe}")
     finally:
         await kube.delete(r.NAMESPACE, probe, propagation="Background")
+
+
+async def deployments_available(kube: Kube) -> bool:
+    deployments, _ = await kube.list(DEPLOYMENT)  # every namespace
+    for d in deployments:
+        st, want = d.get("status") or {}, (d.get("spec") or {}).get("replicas", 1)
+        if (st.get("observedGeneration", 0) < d["metadata"].get("generation", 0)
+                or st.get("availableReplicas", 0) < want
+                or st.get("updatedReplicas", 0) < want):
+            return False
+    return True
 
 
 async def nodes_ready(kube: Kube) -> bool:
@@ -125,7 +147,17 @@ async def test_the_controller_approves_an_admission_after_an_apiserver_restart(
         restartable: str, kube: Kube, ns: str, admission: AdmissionHandle) -> None:
     await admission.deployed(kube)
     _, first = await dispatch_job(kube, ns, "echo first", nodes=1)
-    await wait_ready(kube, ns, first)
+    try:
+        # The test before this one restarted the API server too: client-go's reflectors of
+        # Kueue may still be in their back-off (up to 30 s a watch), so the first admission
+        # gets more time than the 90 s of a quiet cluster; the one after this test's own
+        # restart below is what the test judges.
+        await wait_ready(kube, ns, first, limit=180)
+    except AssertionError as exc:
+        wls, _ = await kube.list(r.WORKLOAD, ns)
+        conditions = [(w["metadata"]["name"], (w.get("status") or {}).get("conditions"))
+                      for w in wls]
+        raise AssertionError(f"{exc}\nworkloads: {conditions}\n{dump_logs(admission)}") from exc
     # Counted before, not assumed zero: an earlier test (the fault suite's SIGSTOP) may have
     # had a replica restarted by its liveness probe, as it should.
     # A pod an earlier test ended (being deleted, or Failed) is not one of the replicas judged.
