@@ -910,11 +910,15 @@ def table(d: Phase, f: Phase, workers: int | None = None) -> None:
           f"{with_workers})")
     print(f"  {'':<44}{'dispatch':>10}{'floor':>10}{'ratio':>8}")
 
-    def row(label: str, a: float | None, b: float | None, fmt: str = ".0f") -> None:
+    # A phase not run (--no-floor, --no-dispatch) has no wall time: no ratio against it.
+    both_ran = d.wall_s > 0 and f.wall_s > 0
+
+    def row(label: str, a: float | None, b: float | None, fmt: str = ".0f",
+            *, one_phase: bool = False) -> None:
         sa = "-" if a is None else format(a, fmt)
         sb = "-" if b is None else format(b, fmt)
-        print(f"  {label:<44}{sa:>10}{sb:>10}"
-              f"{ratio(a, b) if a is not None and b is not None else '-':>8}")
+        text = ratio(a, b) if a is not None and b is not None and (both_ran or one_phase) else "-"
+        print(f"  {label:<44}{sa:>10}{sb:>10}{text:>8}")
     for p in (50, 90, 99):
         row(f"decision latency p{p}, ms", pct(d.decisions_ms, p), pct(f.decisions_ms, p))
     row("decision latency max, ms", max(d.decisions_ms, default=0), max(f.decisions_ms,
@@ -939,7 +943,7 @@ def table(d: Phase, f: Phase, workers: int | None = None) -> None:
         row(f"CPU s: {name}", d.cpu[name], f.cpu.get(name), ".1f")
     for res in WATCHED:
         row(f"API server watches (waits/before): {res}", d.watches.get(res, 0),
-            d.idle_watches.get(res, 0))
+            d.idle_watches.get(res, 0), one_phase=True)
     for note in sorted(set(d.notes + f.notes))[:10]:
         print(f"  note: {note}")
 
@@ -1003,12 +1007,17 @@ async def main() -> int:
     ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
                     help="also run each N against the floor (--no-floor: the library alone, "
                          "e.g. to see whether N jobs go through at all in half the time)")
+    ap.add_argument("--dispatch", action=argparse.BooleanOptionalAction, default=True,
+                    help="run each N through the library and the controller (--no-dispatch: "
+                         "the floor alone, e.g. beside an earlier --no-floor run of the same N)")
     ap.add_argument("--cluster", default="dk", help="the local cluster (its processes' figures)")
     ap.add_argument("--prompt", type=int, default=5, metavar="JOBS",
                     help="StopJob of a job whose objects go promptly, over this many jobs")
     ap.add_argument("--sdk", type=int, default=0, metavar="JOBS",
                     help="P4 against the Kubeflow SDK over this many jobs (the bench extra)")
     a = ap.parse_args()
+    if not (a.floor or a.dispatch):
+        ap.error("--no-floor with --no-dispatch leaves nothing to run")
     kubeconfig = os.environ.get("KUBECONFIG")
     if not kubeconfig:
         sys.exit("set KUBECONFIG to the cluster to measure")
@@ -1018,7 +1027,8 @@ async def main() -> int:
         await floor_check(admin, True)
         for n in a.jobs:
             ds: list[tuple[int | None, Phase]] = []
-            for w in a.workers or [None]:
+            pids = cluster_pids(a.cluster)
+            for w in (a.workers or [None]) if a.dispatch else []:
                 if w is not None:
                     await set_workers(admin, w)
                 # After the roll-out: the controller's replicas are new processes.
@@ -1028,7 +1038,8 @@ async def main() -> int:
             # Without the floor (--no-floor), its column is empty ("-", nan) and no ratio.
             f = (await floor_phase(kubeconfig, admin, n, a.quota, pids, tag) if a.floor
                  else Phase("floor (not run)", n))
-            for w, d in ds:
+            # Without the library's phase (--no-dispatch), its column is the empty one.
+            for w, d in ds or [(None, Phase("dispatch (not run)", n))]:
                 table(d, f, w)
         if a.prompt:
             prompt_table(await prompt_stops(kubeconfig, admin, a.prompt, a.quota, tag))
