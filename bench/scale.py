@@ -935,12 +935,13 @@ def table(d: Phase, f: Phase, workers: int | None = None) -> None:
     row("jobs failed", d.failed, f.failed)
     row("jobs with A != 1", d.bad_a, None)
     row("waits ended early (DeadlineExceeded)", d.early_deadlines, None)
-    for name in d.peak_rss:
-        row(f"peak RSS MB: {name}", d.peak_rss[name] or None, f.peak_rss.get(name) or None)
+    # Either phase's names: with --no-dispatch only the floor measured them.
+    for name in dict.fromkeys([*d.peak_rss, *f.peak_rss]):
+        row(f"peak RSS MB: {name}", d.peak_rss.get(name) or None, f.peak_rss.get(name) or None)
     for call, mb in d.rss_by_call.items():
         row(f"peak RSS MB: client, {call} done", mb, f.rss_by_call.get(call))
-    for name in d.cpu:
-        row(f"CPU s: {name}", d.cpu[name], f.cpu.get(name), ".1f")
+    for name in dict.fromkeys([*d.cpu, *f.cpu]):
+        row(f"CPU s: {name}", d.cpu.get(name), f.cpu.get(name), ".1f")
     for res in WATCHED:
         row(f"API server watches (waits/before): {res}", d.watches.get(res, 0),
             d.idle_watches.get(res, 0), one_phase=True)

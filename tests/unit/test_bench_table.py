@@ -59,8 +59,13 @@ def test_no_ratio_against_a_phase_not_run(missing: str, capsys: pytest.CaptureFi
     empty = scale.Phase(f"{missing} (not run)", 3)
     d, f = (empty, ran) if missing == "dispatch" else (ran, empty)
     d.watches, d.idle_watches = {"pods": 4}, {"pods": 2}
+    ran.peak_rss, ran.cpu = {"kueue": 120.0}, {"kueue": 30.0}
     scale.table(d, f)
-    rows = ratios(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    rows = ratios(out)
+    # What the phase that ran measured is shown, whichever column it is in.
+    assert "peak RSS MB: kueue" in rows
+    assert "CPU s: kueue" in rows
     judged = {k: v for k, v in rows.items() if not k.startswith("API server watches")}
     assert len(judged) > 15
     assert set(judged.values()) == {"-"}, judged
