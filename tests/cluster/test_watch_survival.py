@@ -99,7 +99,8 @@ async def kueue_makes_workloads(kube: Kube, namespace: str, limit: float) -> int
     after an API server restart that cache can lag behind (its watch backs off), so a
     TrainJob created in a new namespace then gets no Workload until it changes again: two
     full-suite CI runs (2026-12-04) saw the next test's first TrainJob without a Workload
-    after 180 s. Here each quiet round touches the TrainJob (an annotation), an event
+    after 180 s (the cause read from Kueue's source; nine restarts here did not reproduce
+    it on demand). Here each quiet round touches the TrainJob (an annotation), an event
     Kueue reconciles again, until one is seen; the next test then meets a Kueue whose
     namespace cache has caught up."""
     _, tj = await dispatch_job(kube, namespace, "true", nodes=1)
