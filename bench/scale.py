@@ -1032,8 +1032,8 @@ async def main() -> int:
             for w in (a.workers or [None]) if a.dispatch else []:
                 if w is not None:
                     await set_workers(admin, w)
-                # After the roll-out: the controller's replicas are new processes.
-                pids = cluster_pids(a.cluster)
+                    # After the roll-out: the controller's replicas are new processes.
+                    pids = cluster_pids(a.cluster)
                 ds.append((w, await dispatch_phase(kubeconfig, admin, n, a.quota, pids,
                                                    f"{tag}{w or ''}")))
             # Without the floor (--no-floor), its column is empty ("-", nan) and no ratio.
