@@ -42,7 +42,18 @@ selector), when its resourceVersions are integers, and when sharing pays: the in
 already (a wait's, another stop's) or at least ``_CROWD`` stops of the Backend are running
 (a lone stop's own watch is one request, a new informer's list and watch two). An informer
 whose watch ended by an error (401, 403, 404) sends the kind back to a list and a watch of
-its own. A maker held by a finalizer does not hold the rest
+its own.
+
+A crowd of stops (``_CROWD`` or more) shares its lists too. A kind's list is then a round of
+that kind's shared list in the namespace: one list, selected by the label every job's
+objects carry (the job-id label; a Workload's, Kueue's job-uid label), kept as metadata,
+and filtered by each stop as its own selector would have been on the server. A round serves
+exactly the stops that asked before it was sent; a stop asking while one is in flight joins
+the next. So each stop's list is still a consistent read sent after its makers were proven
+gone, which is all the proof asks of it, and N stops in one chain pass make a few lists of
+each kind instead of N (issue 11: 1,000 stops at once were 1,000 lists per pass on a
+saturated API server). A round that fails fails each of its stops as its own list would
+have, and each lists again after ``_PASS_WAIT``. A maker held by a finalizer does not hold the rest
 back: once all a kind holds is being deleted, the kinds it makes are listed (what it made
 is deleted meanwhile), and listed again once it has gone.
 
@@ -119,6 +130,59 @@ _RUNNING: weakref.WeakKeyDictionary[Informers, int] = weakref.WeakKeyDictionary(
 """How many stops each Backend's informers serve now."""
 REPORTING_CONTROLLER = f"{names.DOMAIN}/kubeflow"
 Obj = dict[str, Any]
+
+_WIDE: Mapping[Resource, str] = {
+    **{res: names.JOB_ID_LABEL for res in (TRAINJOB, TRAINING_RUNTIME, JOBSET, JOB, POD)},
+    WORKLOAD: names.KUEUE_JOB_UID_LABEL,
+}
+"""The selector of a kind's shared list: the label a stop's own selector names, for every
+job (a stop keeps those of its job, as its own selector would have)."""
+
+
+class _Rounds:
+    """One kind's shared list in a namespace, for a crowd of stops (the module docstring):
+    a round is one list, and it serves every stop that asked for one before it was sent, so
+    each stop's proof still rests on a consistent read sent after it asked."""
+
+    def __init__(self, kube: KubeAPI, res: Resource, namespace: str, wide: str) -> None:
+        self.kube, self.res, self.namespace, self.wide = kube, res, namespace, wide
+        self.next: asyncio.Future[tuple[list[Obj], str]] | None = None
+        """The round not sent yet, which every stop asking now joins."""
+        self.sending: asyncio.Task[None] | None = None
+
+    async def fresh(self) -> tuple[list[Obj], str]:
+        if self.next is None:
+            self.next = asyncio.get_running_loop().create_future()
+            # Retrieved here should every stop of the round have been cancelled meanwhile.
+            self.next.add_done_callback(lambda f: f.cancelled() or f.exception())
+        joined = self.next
+        if self.sending is None or self.sending.done():
+            self.sending = asyncio.create_task(self._send())
+        # Shielded: one stop cancelled does not cancel the round the others wait for.
+        return await asyncio.shield(joined)
+
+    async def _send(self) -> None:
+        while self.next is not None:
+            # Taken before the list is sent: whoever asks from now on joins the next round.
+            round_, self.next = self.next, None
+            try:
+                # Metadata alone is kept: all a stop reads (names, labels, owners, versions).
+                got = await self.kube.list(self.res, self.namespace,
+                                           label_selector=self.wide, trim=metadata_only)
+            except asyncio.CancelledError:
+                round_.cancel()
+                raise
+            except Exception as exc:
+                # Handed on, not handled: every stop of the round judges the failure as it
+                # would its own list's, and a bug is raised in each of them.
+                round_.set_exception(exc)
+            else:
+                round_.set_result(got)
+
+
+_SHARED: weakref.WeakKeyDictionary[Informers, dict[tuple[Resource, str], _Rounds]] = (
+    weakref.WeakKeyDictionary())
+"""Each Backend's shared lists, by kind and namespace."""
 
 
 async def record_reason(kube: KubeAPI, trainjob: Mapping[str, Any], reason: str) -> None:
@@ -210,8 +274,11 @@ class _Stop:
                  limit: float, *, view: View | None = None, scan: Feed | None = None,
                  feeds: Mapping[Resource, Feed] | None = None,
                  changed: asyncio.Event | None = None,
-                 crowd: Callable[[], bool] = lambda: False) -> None:
+                 crowd: Callable[[], bool] = lambda: False,
+                 shared: Informers | None = None) -> None:
         self.kube = kube
+        self.shared = shared
+        """The Backend's informers, whose shared lists a crowd of stops uses (None: alone)."""
         self.namespace = namespace
         self.job = job
         self.kinds = {k: _Kind(k) for k in kinds}
@@ -299,7 +366,7 @@ class _Stop:
                 items, rv, sel = await self._list_workloads()
             else:
                 sel = selector(k.res, self.job)
-                items, rv = await self.kube.list(k.res, self.namespace, label_selector=sel)
+                items, rv = await self._list(k.res, sel)
         except errors.KubeNotFound:
             items, rv, sel = [], "", None  # the cluster does not serve it: none exists
         except errors.KubeError as exc:
@@ -408,8 +475,27 @@ class _Stop:
         if not self.owner_uids:
             return [], "", None
         sel = uid_selector(self.owner_uids)
-        items, rv = await self.kube.list(WORKLOAD, self.namespace, label_selector=sel)
+        items, rv = await self._list(WORKLOAD, sel)
         return items, rv, sel
+
+    async def _list(self, res: Resource, sel: str | None) -> tuple[list[Obj], str]:
+        """The job's objects of ``res`` by ``sel``, in one consistent read sent now: the
+        stop's own list, or in a crowd the next round of the kind's shared list (see the
+        module docstring), filtered here as ``sel`` would have been on the server."""
+        feed = self.feeds.get(res)
+        wide = _WIDE.get(res)
+        if (self.shared is None or feed is None or feed in self.broken or wide is None
+                or sel is None or not self.crowd()):
+            return await self.kube.list(res, self.namespace, label_selector=sel)
+        lists = _SHARED.setdefault(self.shared, {})
+        key = (res, self.namespace)
+        rounds = lists.get(key)
+        if rounds is None:
+            rounds = lists[key] = _Rounds(self.kube, res, self.namespace, wide)
+        items, rv = await rounds.fresh()
+        label = names.KUEUE_JOB_UID_LABEL if res is WORKLOAD else names.JOB_ID_LABEL
+        mine = self.owner_uids if res is WORKLOAD else {str(self.job)}
+        return [o for o in items if labels_of(o).get(label) in mine], rv
 
     def _learn_owners(self, workloads: Sequence[Obj]) -> None:
         for o in workloads:
@@ -681,7 +767,7 @@ async def stop_job(kube: KubeAPI, namespace: str, job: JobID, reason: str, *,
         async with shared.watching(woken=changed) as view:
             stop = _Stop(kube, namespace, job, kinds, seconds, view=view, scan=scan,
                          feeds=by_kind, changed=changed,
-                         crowd=lambda: _RUNNING.get(shared, 0) >= _CROWD)
+                         crowd=lambda: _RUNNING.get(shared, 0) >= _CROWD, shared=shared)
             if scan is not None:
                 # Subscribed for the whole stop, so concurrent stops share the feed's one
                 # list and watch. The key matters not: the scan reads the whole cache.
