@@ -64,10 +64,12 @@ class KubeAPI(Protocol):
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None,
                    field_selector: str | None = None,
-                   trim: Callable[[Obj], Obj] | None = None) -> tuple[builtins.list[Obj], str]:
+                   trim: Callable[[Obj], Obj] | None = None,
+                   metadata: bool = False) -> tuple[builtins.list[Obj], str]:
         """All items and the list's resourceVersion (to watch from). ``trim``: what is kept
         of each item, applied as each page arrives (a list of 2,000 pods is never held
-        whole)."""
+        whole). ``metadata``: the items' metadata alone may come (the server's
+        PartialObjectMetadataList), so the caller reads nothing else."""
         ...
 
     async def create(self, res: Resource, body: Obj, namespace: str | None = None, *,

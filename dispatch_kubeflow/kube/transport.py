@@ -52,6 +52,9 @@ _CONTENT_TYPES: dict[str, str] = {
 
 
 _NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""Accept for a list of the items' metadata alone (the API server serves it for every kind;
+its items are PartialObjectMetadata, given back their own kind here)."""
 """What a request or a read of its body raises when the network or the server fails it
 (aiohttp's ServerTimeoutError, raised by a sock_read timeout, is both a ClientError and a
 TimeoutError)."""
@@ -228,6 +231,7 @@ class Kube:
         content_type: str = "application/json",
         timeout: float | aiohttp.ClientTimeout | None = None,
         stream: bool = False,
+        accept: str = "application/json",
     ) -> Any:
         """One request, retrying transient failures (:mod:`.retry`). Streams are not
         retried here: their callers (``observe``) list again themselves."""
@@ -239,7 +243,8 @@ class Kube:
         while True:
             try:
                 return await self._send_once(method, path, query=query, body=body,
-                                             content_type=content_type, timeout=timeout)
+                                             content_type=content_type, timeout=timeout,
+                                             accept=accept)
             except errors.KubeError as exc:
                 wait = tries.next(exc) if retry.transient(exc, method) else None
                 if wait is None:
@@ -257,8 +262,9 @@ class Kube:
         content_type: str = "application/json",
         timeout: float | aiohttp.ClientTimeout | None = None,
         stream: bool = False,
+        accept: str = "application/json",
     ) -> Any:
-        headers: dict[str, str] = {"Accept": "application/json", "Content-Type": content_type}
+        headers: dict[str, str] = {"Accept": accept, "Content-Type": content_type}
         queries: list[tuple[str, Any]] = []
         await self._api.update_params_for_auth(headers, queries, ["BearerToken"])
         params = [(k, _q(v)) for k, v in (query or {}).items() if v is not None] + queries
@@ -319,9 +325,11 @@ class Kube:
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None,
                    field_selector: str | None = None,
-                   trim: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
+                   trim: Callable[[Obj], Obj] | None = None,
+                   metadata: bool = False) -> tuple[list[Obj], str]:
         """All items (following ``continue``: one consistent read) and the list's
-        resourceVersion; ``trim`` applied to each item as its page arrives."""
+        resourceVersion; ``trim`` applied to each item as its page arrives. ``metadata``:
+        the server sends each item's metadata alone (a PartialObjectMetadataList)."""
         items: list[Obj] = []
         cont: str | None = None
         while True:
@@ -330,9 +338,12 @@ class Kube:
                 # A page is parsed whole before it is trimmed: smaller pages bound what a
                 # trimmed list (an informer's, of a whole namespace) holds at once, 100 pods
                 # about 5 MB, for a few more requests of a list made once per informer.
-                "limit": 500 if trim is None else 100, "continue": cont,
-            })
+                # Metadata alone is a tenth of that.
+                "limit": 500 if trim is None or metadata else 100, "continue": cont,
+            }, accept=_METADATA_LIST if metadata else "application/json")
             for item in page.pop("items", None) or []:
+                if metadata:
+                    item["apiVersion"], item["kind"] = res.api_version, res.kind
                 item.setdefault("apiVersion", res.api_version)
                 item.setdefault("kind", res.kind)
                 items.append(item if trim is None else trim(item))

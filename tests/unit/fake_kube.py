@@ -417,11 +417,15 @@ class FakeKube:
     async def list(self, res: Resource, namespace: str | None = None, *,
                    label_selector: str | None = None,
                    field_selector: str | None = None,
-                   trim: Callable[[Obj], Obj] | None = None) -> tuple[builtins.list[Obj], str]:
+                   trim: Callable[[Obj], Obj] | None = None,
+                   metadata: bool = False) -> tuple[builtins.list[Obj], str]:
         await self._enter("list", res, "")
         items = [clone(o) for k, o in sorted(kv for kv in self.objects.items()
                                              if kv[0][0] == res.plural)
                  if self._selected(res, namespace, o, label_selector, field_selector)]
+        if metadata:  # as the server's PartialObjectMetadataList: no spec, no status
+            items = [{"apiVersion": o["apiVersion"], "kind": o["kind"],
+                      "metadata": o["metadata"]} for o in items]
         if trim is not None:
             items = [trim(o) for o in items]
         rv = str(self.rv)
