@@ -53,17 +53,20 @@ the next. So each stop's list is still a consistent read sent after its makers w
 gone, which is all the proof asks of it, and N stops in one chain pass make a few lists of
 each kind instead of N (issue 11: 1,000 stops at once were 1,000 lists per pass on a
 saturated API server). A round that fails fails each of its stops as its own list would
-have, and each lists again after ``_PASS_WAIT``. A maker held by a finalizer does not hold the rest
-back: once all a kind holds is being deleted, the kinds it makes are listed (what it made
-is deleted meanwhile), and listed again once it has gone.
+have, and each lists again after ``_PASS_WAIT``.
+
+A maker held by a finalizer does not hold the rest back: once all a kind holds is being
+deleted, the kinds it makes are listed (what it made is deleted meanwhile), and listed
+again once it has gone.
 
 What StopJob deletes itself, each under its UID precondition (idempotent: a second delete
 of the same UID is a 404, and a newer object of that name is a 409 and stays): the
 TrainJobs, at once; objects with no owner (orphans), at once; objects whose owners are gone,
 once the garbage collector has had ``_GC_GRACE`` (at most a quarter of the time) to do it
 first, or at once in a crowd, whose deletions the collector works through too slowly to
-wait for (:meth:`_Stop.gc_grace`). The deletes of a pass go at once. So a job whose objects go promptly costs one delete, and the rest of its requests
-are one list and at most one watch per kind.
+wait for (:meth:`_Stop.gc_grace`). The deletes of a pass go at once. So a job whose objects
+go promptly costs one delete, and the rest of its requests are one list and at most one
+watch per kind.
 
 One thing of another controller's StopJob may release: the Job controller's
 ``batch.kubernetes.io/job-tracking`` finalizer, on a pod being deleted whose Job is gone
