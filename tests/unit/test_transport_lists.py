@@ -65,14 +65,18 @@ async def pods() -> AsyncIterator[tuple[Pods, int]]:
         await runner.cleanup()
 
 
+async def listed(port: int, **options: Any) -> tuple[list[dict[str, Any]], str]:
+    kube = kube_at(port)
+    try:
+        return await kube.list(r.POD, NS, **options)
+    finally:
+        await kube.close()
+
+
 async def test_a_metadata_list_asks_for_it_and_gives_items_their_kind(
         pods: tuple[Pods, int]) -> None:
     server, port = pods
-    kube = kube_at(port)
-    try:
-        items, rv = await kube.list(r.POD, NS, trim=metadata_only, metadata=True)
-    finally:
-        await kube.close()
+    items, rv = await listed(port, trim=metadata_only, metadata=True)
     assert rv == "42"
     assert [o["metadata"]["name"] for o in items] == ["p0", "p1", "p2"]
     # Metadata alone, without managedFields (the trim), and no spec sent at all.
@@ -84,22 +88,13 @@ async def test_a_metadata_list_asks_for_it_and_gives_items_their_kind(
 
 
 async def test_a_metadata_list_keeps_the_kind_of_its_items(pods: tuple[Pods, int]) -> None:
-    _, port = pods
-    kube = kube_at(port)
-    try:
-        items, _ = await kube.list(r.POD, NS, metadata=True)
-    finally:
-        await kube.close()
+    items, _ = await listed(pods[1], metadata=True)
     assert {(o["apiVersion"], o["kind"]) for o in items} == {("v1", "Pod")}
 
 
 async def test_a_trimmed_list_of_whole_objects_comes_in_small_pages(
         pods: tuple[Pods, int]) -> None:
     server, port = pods
-    kube = kube_at(port)
-    try:
-        items, _ = await kube.list(r.POD, NS, trim=metadata_only)
-    finally:
-        await kube.close()
+    items, _ = await listed(port, trim=metadata_only)
     assert len(items) == 3
     assert server.asked == [("application/json", "100")]
