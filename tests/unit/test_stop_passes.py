@@ -387,8 +387,9 @@ async def test_concurrent_stops_share_their_reads(monkeypatch: pytest.MonkeyPatc
     assert many_watches <= len(KINDS)
     assert few_watches <= len(KINDS)
     # A kind is listed once a round, whatever the number of stops in it: a list per stop
-    # would be 50 of each kind (the runs here list a kind 2 to 7 times at N = 50).
-    assert max(many_lists.values()) <= 10
+    # would be 50 of each kind. How many rounds depends on how the stops' passes spread
+    # in time, not on N (runs here: a kind listed 2 to 11 times, at N = 5 and at N = 50).
+    assert max(many_lists.values()) <= 16
     # Requests per stop do not grow with N; they fall, the rounds spread over more stops.
     # (Each stop's own count varies by one or two with whether the collector emptied a kind
     # before it was listed, which saves that kind's watch: hence the margin of one.)
