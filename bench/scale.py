@@ -522,10 +522,20 @@ async def make_queue(kube: Kube, ns: str, check: str, quota_jobs: int) -> None:
             break
 
 
-async def drop_queue(kube: Kube, ns: str) -> None:
+async def drop_queue(kube: Kube, ns: str, *, limit: float = 600.0) -> None:
+    """Delete the phase's queue and namespace, and wait until the namespace is gone, so the
+    next phase starts on an API server no longer busy with this one's remains (at N = 1,000
+    the floor, started at once, had 475 of its bare jobs time out on their first GET)."""
     for res, name, where in ((r.CLUSTER_QUEUE, ns, None), (r.NAMESPACE, ns, None)):
         with contextlib.suppress(DispatchError):
             await kube.delete(res, name, where)
+    until = time.monotonic() + limit
+    while time.monotonic() < until:
+        with contextlib.suppress(DispatchError):
+            if await kube.get_or_none(r.NAMESPACE, ns) is None:
+                return
+        await asyncio.sleep(2)
+    print(f"note: namespace {ns} still there {limit:.0f} s after its phase", file=sys.stderr)
 
 
 async def floor_check(kube: Kube, present: bool) -> None:
