@@ -52,12 +52,12 @@ _CONTENT_TYPES: dict[str, str] = {
 
 
 _NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
-_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-"""Accept for a list of the items' metadata alone (the API server serves it for every kind;
-its items are PartialObjectMetadata, given back their own kind here)."""
 """What a request or a read of its body raises when the network or the server fails it
 (aiohttp's ServerTimeoutError, raised by a sock_read timeout, is both a ClientError and a
 TimeoutError)."""
+_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""Accept for a list of the items' metadata alone (the API server serves it for every kind;
+its items are PartialObjectMetadata, given back their own kind here)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -374,8 +374,10 @@ async def stop_many(n: int) -> tuple[float, float, int, dict[str, int]]:
 
 
 async def test_concurrent_stops_share_their_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The real grace: with 50 jobs at once the collector needs more than a twentieth of it,
-    # and StopJob deleting what the collector would have is not what this test counts.
+    # The real grace, for the last stops left when fewer than _CROWD still run (a crowd
+    # gives the collector none): with 50 jobs at once the collector needs more than a
+    # twentieth of it, and StopJob deleting what the collector would have is not what this
+    # test counts.
     monkeypatch.setattr(stop_mod, "_GC_GRACE", 1.0)
     few_requests, few_read, few_watches, few_lists = await stop_many(5)
     many_requests, many_read, many_watches, many_lists = await stop_many(50)
