@@ -679,11 +679,14 @@ class _Stop:
                 k.watch.result()
 
     async def run(self, reason: str, until: float) -> StopReport:
+        reasons: list[asyncio.Task[None]] = []
         try:
             roots = [k for k in self.kinds.values() if k.res not in MADE_BY]
             await asyncio.gather(*(self.list_kind(k) for k in roots))
-            trainjobs = [f for f in self.seen.values() if f.res is TRAINJOB]
-            await asyncio.gather(*(record_reason(self.kube, f.obj, reason) for f in trainjobs))
+            # The reasons are recorded alongside the deletes, not before them: a record, not a
+            # step of the proof, and one round trip less for a job whose objects go promptly.
+            reasons = [asyncio.create_task(record_reason(self.kube, f.obj, reason))
+                       for f in self.seen.values() if f.res is TRAINJOB]
             while True:
                 self.raise_bugs()
                 for k in self.kinds.values():
@@ -716,8 +719,10 @@ class _Stop:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, wake - now)):
                         await self.changed.wait()
+            await asyncio.gather(*reasons)  # record_reason raises nothing of the API's
         finally:
-            await cancel_all([k.watch for k in self.kinds.values() if k.watch is not None])
+            await cancel_all([*(k.watch for k in self.kinds.values() if k.watch is not None),
+                              *(t for t in reasons if not t.done())])
         if not self.done():
             # Time is up: list what is not current, so the report names what is still there.
             await asyncio.gather(*(self.list_kind(k, watch=False)
