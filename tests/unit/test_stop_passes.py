@@ -160,7 +160,8 @@ async def test_the_reason_is_recorded_alongside_the_delete(seed: int, follow: bo
     await a_job(k)
     async with asyncio.timeout(4):  # an Event before the delete would wait here forever
         report = await stop(k, follow, reason="asked to")
-    assert report.complete and report.alive == report.unproven == ()
+    assert report.complete
+    assert report.alive == report.unproven == ()
     assert [e["note"] for e in k.all(EVENT) if e["regarding"]["name"] == TJ] == ["asked to"]
 
 
