@@ -98,6 +98,7 @@ class World:
         self.k, self.elector, self.r = k, elector, r
         self.clock = clock
         self.indexes = indexes
+        self.feeds: dict[str, Feed] = {}
 
     async def act(self) -> None:
         """One judgement, and the Events it records in the background."""
@@ -148,12 +149,16 @@ async def world(seed: int, *, pods: int = 0) -> World:
     caches.bind({**indexes, "workloads_by_job": {}, "pods_by_job": {},
                  "admission_checks": {CHECK: [{"metadata": {"name": CHECK}}]},
                  "cluster_queues": {"cq": [frozenset({CHECK})]}})
-    r = Readmission(k, elector, caches, workloads=Feed("workloads"),
-                    trainjobs=Feed("trainjobs"), pods=Feed("pods"),
-                    admission_checks=Feed("admissionchecks"),
-                    cluster_queues=Feed("clusterqueues"), metrics=Metrics(),
+    feeds = {p: Feed(p) for p in ("workloads", "trainjobs", "pods", "admissionchecks",
+                                  "clusterqueues")}
+    r = Readmission(k, elector, caches, workloads=feeds["workloads"],
+                    trainjobs=feeds["trainjobs"], pods=feeds["pods"],
+                    admission_checks=feeds["admissionchecks"],
+                    cluster_queues=feeds["clusterqueues"], metrics=Metrics(),
                     events=EventRecorder(k, instance="test"))
-    return World(k, elector, r, clock, indexes)
+    w = World(k, elector, r, clock, indexes)
+    w.feeds = feeds
+    return w
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -427,3 +432,47 @@ async def test_objects_the_indexes_keep_after_they_went_write_nothing() -> None:
     assert (WORKLOAD.plural, NS, WL) not in w.k.objects
     assert w.decisions("ready") == 0
     assert len(w.events("AdmissionCheckReady")) == 0
+
+
+async def test_only_what_decisions_read_of_queues_and_checks_requeues_every_workload() -> None:
+    """Kueue rewrites a ClusterQueue's status on every admission: that must not put every
+    Workload back in the queue (each decision would wait behind all of them, and keys whose
+    index lags our own Ready would be judged stale). A change of the checks it lists, a new
+    or deleted ClusterQueue, or an AdmissionCheck becoming ours or not, must."""
+    w = await world(0)
+    cqs, acs = w.feeds["clusterqueues"], w.feeds["admissionchecks"]
+
+    async def queued() -> int:
+        n = len(w.r.queue)
+        for _ in range(n):
+            w.r.queue.done(await w.r.queue.get())
+        return n
+
+    def cq(checks: list[str], usage: int) -> Obj:
+        return {"metadata": {"name": "cq"}, "spec": {"admissionChecksStrategy": {
+            "admissionChecks": [{"name": c} for c in checks]}},
+            "status": {"admittedWorkloads": usage}}
+
+    def ac(controller: str, active: str) -> Obj:
+        return {"metadata": {"name": CHECK}, "spec": {"controllerName": controller},
+                "status": {"conditions": [{"type": "Active", "status": active}]}}
+
+    assert await queued() == 0
+    cqs.notify(None, cq([CHECK], 0))
+    assert await queued() == 1  # first sight
+    for usage in range(1, 4):
+        cqs.notify("MODIFIED", cq([CHECK], usage))
+        assert await queued() == 0, usage
+    cqs.notify("MODIFIED", cq([], 4))
+    assert await queued() == 1
+    cqs.notify("DELETED", cq([], 4))
+    assert await queued() == 1
+    cqs.notify("ADDED", cq([], 0))
+    assert await queued() == 1
+
+    acs.notify(None, ac(names.CONTROLLER_NAME, "False"))
+    assert await queued() == 1
+    acs.notify("MODIFIED", ac(names.CONTROLLER_NAME, "True"))  # our own Active write
+    assert await queued() == 0
+    acs.notify("MODIFIED", ac("someone.else/controller", "True"))
+    assert await queued() == 1
