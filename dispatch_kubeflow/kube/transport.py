@@ -134,6 +134,12 @@ def _proxy_once(rest: Any, host: str | None) -> None:
     session._trust_env = False  # aiohttp keeps the flag there; no public setter
 
 
+def _pool_limit(rest_client: Any) -> int:
+    """How many connections the requests' pool opens at most (0: no limit)."""
+    connector = getattr(getattr(rest_client, "pool_manager", None), "connector", None)
+    return int(getattr(connector, "limit", 0) or 0)
+
+
 class Kube:
     """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
 
@@ -143,6 +149,9 @@ class Kube:
         self._api = api
         _proxy_once(api.rest_client, api.configuration.host)
         self._streams: Any = None  # the RESTClientObject of streams, made on first use
+        limit = _pool_limit(api.rest_client)
+        self._slots = asyncio.Semaphore(limit) if limit > 0 else None
+        """One per connection of the requests' pool (None: the pool has no limit)."""
         self.request_timeout = request_timeout
         self.watch_grace = watch_grace
         self.watch_backoff = watch_backoff
@@ -272,6 +281,21 @@ class Kube:
         if timeout is None:
             timeout = self.request_timeout
         self.requests += 1
+        if stream or self._slots is None:
+            return await self._exchange(method, path, url, params, headers, body, timeout,
+                                        stream)
+        # Wait for a free connection of the pool here, before the request's timeout starts:
+        # aiohttp counts the wait for its own pool in the total timeout, so a request queued
+        # behind a hundred others could time out without having been sent (StopJob of 1,000
+        # at once: 323 pod DELETEs timed out at 30 s, issue 11). The call's own deadline
+        # bounds this wait instead.
+        async with self._slots:
+            return await self._exchange(method, path, url, params, headers, body, timeout,
+                                        stream)
+
+    async def _exchange(self, method: str, path: str, url: str, params: list[tuple[str, Any]],
+                        headers: dict[str, str], body: Any,
+                        timeout: float | aiohttp.ClientTimeout, stream: bool) -> Any:
         client = self._stream_client() if stream else self._api.rest_client
         try:
             resp = await client.request(

@@ -17,10 +17,13 @@ from dispatch_kubeflow.kube import Kube
 UNUSED_CA = str(Path(__file__).with_name("unused_ca.pem"))
 
 
-def kube_at(port: int, **options: Any) -> Kube:
-    """A Kube of the server on ``port``; ``options`` go to :class:`Kube` as they are."""
+def kube_at(port: int, *, pool: int | None = None, **options: Any) -> Kube:
+    """A Kube of the server on ``port``; ``pool``: the requests' connection limit;
+    ``options`` go to :class:`Kube` as they are."""
     from kubernetes_asyncio import client as k8s_client
 
     cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{port}")
     cfg.ssl_ca_cert = UNUSED_CA
+    if pool is not None:
+        cfg.connection_pool_maxsize = pool
     return Kube(k8s_client.ApiClient(configuration=cfg), **options)
