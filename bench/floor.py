@@ -8,7 +8,7 @@ from dispatch_kubeflow.errors import KubeGone
 from dispatch_kubeflow.kube import Kube
 
 
-async def gone(kube: Kube, res: Any, ns: str, *, label_selector: str | None = None,
+async def gone(kube: Kube, res: Any, ns: str | None, *, label_selector: str | None = None,
                field_selector: str | None = None) -> int:
     """Until nothing the selector names is left: a list, then (if it held anything) a watch
     from its version until each listed object is deleted. Its requests."""

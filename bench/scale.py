@@ -529,13 +529,16 @@ async def drop_queue(kube: Kube, ns: str, *, limit: float = 600.0) -> None:
     for res, name, where in ((r.CLUSTER_QUEUE, ns, None), (r.NAMESPACE, ns, None)):
         with contextlib.suppress(DispatchError):
             await kube.delete(res, name, where)
-    until = time.monotonic() + limit
-    while time.monotonic() < until:
-        with contextlib.suppress(DispatchError):
-            if await kube.get_or_none(r.NAMESPACE, ns) is None:
-                return
-        await asyncio.sleep(2)
-    print(f"note: namespace {ns} still there {limit:.0f} s after its phase", file=sys.stderr)
+    try:
+        async with asyncio.timeout(limit):
+            while True:
+                try:
+                    await gone(kube, r.NAMESPACE, None, field_selector=f"metadata.name={ns}")
+                    return
+                except DispatchError:  # refused or timed out on a busy server: look again
+                    await asyncio.sleep(2)
+    except TimeoutError:
+        print(f"note: namespace {ns} still there {limit:.0f} s after its phase", file=sys.stderr)
 
 
 async def floor_check(kube: Kube, present: bool) -> None:
