@@ -59,11 +59,6 @@ from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 log = logging.getLogger(__name__)
 
 PENDING, READY = "Pending", "Ready"
-_UNSEEN = object()
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 1)
 FAULT_ENV = "DISPATCH_ADMISSION_FAULT"
 """Test-only fault injection, comma-separated:
 
@@ -74,6 +69,11 @@ FAULT_ENV = "DISPATCH_ADMISSION_FAULT"
 * ``no-fence`` writes the check without the Workload's resourceVersion, to show in a test
   what the fence prevents. Never for production.
 """
+_UNSEEN = object()
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
 
 
 def faults() -> frozenset[str]:
