@@ -7,10 +7,15 @@ tests of the transport itself need it.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatch_kubeflow.kube import Kube
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 # The server speaks plain HTTP, so no CA is ever used; naming a one-certificate file spares
 # each client (and each stream client) loading the system's CA store (~60 ms each).
@@ -27,3 +32,18 @@ def kube_at(port: int, *, pool: int | None = None, **options: Any) -> Kube:
     if pool is not None:
         cfg.connection_pool_maxsize = pool
     return Kube(k8s_client.ApiClient(configuration=cfg), **options)
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[int]:
+    """Serve ``app`` on 127.0.0.1 at a free port, for the block; yields the port."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()

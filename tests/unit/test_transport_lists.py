@@ -16,7 +16,7 @@ from aiohttp import web
 
 from dispatch_kubeflow.core.objects import metadata_only
 from dispatch_kubeflow.kube import resources as r
-from tests.unit.http_kube import kube_at
+from tests.unit.http_kube import kube_at, serving
 
 pytestmark = pytest.mark.asyncio
 NS = "ns"
@@ -55,14 +55,8 @@ async def pods() -> AsyncIterator[tuple[Pods, int]]:
     p = Pods()
     app = web.Application()
     app.router.add_get(f"/api/v1/namespaces/{NS}/pods", p.handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield p, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    finally:
-        await runner.cleanup()
+    async with serving(app) as port:
+        yield p, port
 
 
 async def listed(port: int, **options: Any) -> tuple[list[dict[str, Any]], str]:

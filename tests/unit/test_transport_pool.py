@@ -15,7 +15,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from dispatch_kubeflow.kube import resources as r
-from tests.unit.http_kube import kube_at
+from tests.unit.http_kube import kube_at, serving
 
 pytestmark = pytest.mark.asyncio
 ANSWER_S = 0.2
@@ -42,14 +42,8 @@ async def slow() -> AsyncIterator[tuple[Slow, int]]:
     s = Slow()
     app = web.Application()
     app.router.add_get("/api/v1/namespaces/ns/pods/{name}", s.handle)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield s, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    finally:
-        await runner.cleanup()
+    async with serving(app) as port:
+        yield s, port
 
 
 async def test_requests_queued_for_a_connection_do_not_time_out(
