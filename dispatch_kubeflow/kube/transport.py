@@ -27,6 +27,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -281,57 +282,49 @@ class Kube:
         if timeout is None:
             timeout = self.request_timeout
         self.requests += 1
-        if stream or self._slots is None:
-            return await self._exchange(method, path, url, params, headers, body, timeout,
-                                        stream)
         # Wait for a free connection of the pool here, before the request's timeout starts:
         # aiohttp counts the wait for its own pool in the total timeout, so a request queued
         # behind a hundred others could time out without having been sent (StopJob of 1,000
         # at once: 323 pod DELETEs timed out at 30 s, issue 11). The call's own deadline
-        # bounds this wait instead.
-        async with self._slots:
-            return await self._exchange(method, path, url, params, headers, body, timeout,
-                                        stream)
-
-    async def _exchange(self, method: str, path: str, url: str, params: list[tuple[str, Any]],
-                        headers: dict[str, str], body: Any,
-                        timeout: float | aiohttp.ClientTimeout, stream: bool) -> Any:
-        client = self._stream_client() if stream else self._api.rest_client
-        try:
-            resp = await client.request(
-                method, url, query_params=params,  # type: ignore[arg-type]  # urlencode takes pairs
-                headers=headers, body=body,
-                _preload_content=False, _request_timeout=timeout,
-            )
-        except _NETWORK_ERRORS as exc:
-            raise errors.KubeError(f"{method} {path}: {exc!r}", status=0,
-                                   reason="Unreachable") from exc
-        ok = 200 <= resp.status <= 299
-        if ok and stream:
-            return resp
-        try:
-            raw = await resp.read()
-        except _NETWORK_ERRORS as exc:
-            resp.close()  # broken mid-body: never reuse the connection
-            raise errors.KubeError(f"{method} {path}: reading the answer failed: {exc!r}",
-                                   status=0, reason="StreamBroken") from exc
-        except BaseException:
-            resp.close()
-            raise
-        resp.release()
-        if not ok:
+        # bounds this wait instead. Streams have a pool of their own, without a limit.
+        slot = self._slots if not stream and self._slots is not None else nullcontext()
+        async with slot:
+            client = self._stream_client() if stream else self._api.rest_client
             try:
-                status_body = json.loads(raw) if raw else {}
-            except ValueError:
-                status_body = {"message": raw.decode(errors="replace")}
-            if not isinstance(status_body, dict):
-                status_body = {"message": raw.decode(errors="replace")}
-            raise errors.kube_error(resp.status, status_body, f"{method} {path}")
-        try:
-            return json.loads(raw) if raw else {}
-        except ValueError as exc:
-            raise errors.KubeError(f"{method} {path}: the answer is not JSON: {exc}",
-                                   status=0, reason="BadResponse") from exc
+                resp = await client.request(
+                    method, url, query_params=params,  # type: ignore[arg-type]  # urlencode takes pairs
+                    headers=headers, body=body,
+                    _preload_content=False, _request_timeout=timeout,
+                )
+            except _NETWORK_ERRORS as exc:
+                raise errors.KubeError(f"{method} {path}: {exc!r}", status=0,
+                                       reason="Unreachable") from exc
+            ok = 200 <= resp.status <= 299
+            if ok and stream:
+                return resp
+            try:
+                raw = await resp.read()
+            except _NETWORK_ERRORS as exc:
+                resp.close()  # broken mid-body: never reuse the connection
+                raise errors.KubeError(f"{method} {path}: reading the answer failed: {exc!r}",
+                                       status=0, reason="StreamBroken") from exc
+            except BaseException:
+                resp.close()
+                raise
+            resp.release()
+            if not ok:
+                try:
+                    status_body = json.loads(raw) if raw else {}
+                except ValueError:
+                    status_body = {"message": raw.decode(errors="replace")}
+                if not isinstance(status_body, dict):
+                    status_body = {"message": raw.decode(errors="replace")}
+                raise errors.kube_error(resp.status, status_body, f"{method} {path}")
+            try:
+                return json.loads(raw) if raw else {}
+            except ValueError as exc:
+                raise errors.KubeError(f"{method} {path}: the answer is not JSON: {exc}",
+                                       status=0, reason="BadResponse") from exc
 
     # --- verbs ---------------------------------------------------------------------------
     async def get(self, res: Resource, name: str, namespace: str | None = None,
