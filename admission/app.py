@@ -37,6 +37,7 @@ from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import (
     ADMISSION_CHECK,
     CLUSTER_QUEUE,
+    JOBSET,
     LEASE,
     POD,
     TRAINJOB,
@@ -91,11 +92,13 @@ class Controller:
         self.elector.on_change(lambda leading: self.metrics.leader.set(1 if leading else 0))
         self.caches = Caches()
         self.feeds = {res.plural: Feed(res.plural)
-                      for res in (WORKLOAD, TRAINJOB, POD, ADMISSION_CHECK, CLUSTER_QUEUE)}
+                      for res in (WORKLOAD, TRAINJOB, POD, JOBSET, ADMISSION_CHECK,
+                                  CLUSTER_QUEUE)}
         self.events = EventRecorder(kube, instance=config.identity)
         self.readmission = Readmission(
             kube, self.elector, self.caches, workloads=self.feeds[WORKLOAD.plural],
             trainjobs=self.feeds[TRAINJOB.plural], pods=self.feeds[POD.plural],
+            jobsets=self.feeds[JOBSET.plural],
             admission_checks=self.feeds[ADMISSION_CHECK.plural],
             cluster_queues=self.feeds[CLUSTER_QUEUE.plural], metrics=self.metrics,
             events=self.events, workers=config.workers)

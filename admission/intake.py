@@ -26,11 +26,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.core.objects import labels_of
+from dispatch_kubeflow.core.execution import is_alive
+from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import (
     ADMISSION_CHECK,
     CLUSTER_QUEUE,
+    JOBSET,
     POD,
     TRAINJOB,
     WORKLOAD,
@@ -90,9 +92,18 @@ def index_trainjob(tj: Mapping[str, Any]) -> dict[Key, Obj]:
 
 
 def index_pod_by_job(pod: Mapping[str, Any]) -> dict[Key, str]:
-    """Pod names by (namespace, jobset-name): the pods of a job's executions."""
+    """Alive pod names by (namespace, jobset-name): the pods of a job's executions that may
+    still run. A finished pod (Succeeded, Failed) leaves the index: a rank that ended before
+    a hold is kept by its suspended Job, and must not hold readmission back forever."""
     job = labels_of(pod).get(names.JOBSET_NAME_LABEL)
-    return {(key_of(pod)[0], str(job)): key_of(pod)[1]} if job else {}
+    return {(key_of(pod)[0], str(job)): key_of(pod)[1]} if job and is_alive(pod) else {}
+
+
+def index_jobset(js: Mapping[str, Any]) -> dict[Key, str]:
+    """dispatch's JobSets (the watch selects the job-id label): UID by (namespace, name),
+    the JobSet an approval names (core.execution)."""
+    uid = str(meta(js).get("uid") or "")
+    return {key_of(js): uid} if uid else {}
 
 
 def index_admission_check(ac: Mapping[str, Any]) -> dict[str, Obj]:
@@ -132,7 +143,7 @@ def _last(values: Collection[Any] | None) -> Any:
 class Caches:
     """Read-only views over the indexes; bound to kopf's indexes when the operator starts."""
 
-    INDEXES = ("workloads", "workloads_by_job", "trainjobs", "pods_by_job",
+    INDEXES = ("workloads", "workloads_by_job", "trainjobs", "pods_by_job", "jobsets",
                "admission_checks", "cluster_queues")
 
     def __init__(self) -> None:
@@ -140,6 +151,7 @@ class Caches:
         self._workloads_by_job: Mapping[Key, Collection[str]] = {}
         self._trainjobs: Mapping[Key, Collection[Obj]] = {}
         self._pods_by_job: Mapping[Key, Collection[str]] = {}
+        self._jobsets: Mapping[Key, Collection[str]] = {}
         self._admission_checks: Mapping[str, Collection[Obj]] = {}
         self._cluster_queues: Mapping[str, Collection[frozenset[str]]] = {}
 
@@ -152,6 +164,7 @@ class Caches:
         self._workloads_by_job = indexes["workloads_by_job"]
         self._trainjobs = indexes["trainjobs"]
         self._pods_by_job = indexes["pods_by_job"]
+        self._jobsets = indexes["jobsets"]
         self._admission_checks = indexes["admission_checks"]
         self._cluster_queues = indexes["cluster_queues"]
 
@@ -171,7 +184,13 @@ class Caches:
         return tj
 
     def pods_left(self, namespace: str, job: str) -> int:
+        """The job's alive pods, as indexed."""
         return len(set(self._pods_by_job.get((namespace, job)) or ()))
+
+    def jobset_uid(self, namespace: str, name: str) -> str | None:
+        """The UID of the JobSet of that name, as indexed (None: none indexed)."""
+        uid: str | None = _last(self._jobsets.get((namespace, name)))
+        return uid
 
     def admission_checks(self) -> list[Obj]:
         """Our AdmissionChecks."""
@@ -194,9 +213,10 @@ class Caches:
     def missing(self, live: Mapping[str, Iterable[Obj]]) -> dict[str, set[Key]]:
         """What a live list has that the indexes lack, by resource plural.
 
-        ``live`` maps ``workloads``, ``trainjobs``, ``pods``, ``admissionchecks``,
-        ``clusterqueues`` to the objects the API server lists now (TrainJobs: those with the
-        job-id label; pods: those with the jobset-name label).
+        ``live`` maps ``workloads``, ``trainjobs``, ``jobsets``, ``pods``,
+        ``admissionchecks``, ``clusterqueues`` to the objects the API server lists now
+        (TrainJobs and JobSets: those with the job-id label; pods: those with the
+        jobset-name label, of which only alive ones are indexed).
         """
         out: dict[str, set[Key]] = {}
         for wl in live.get(WORKLOAD.plural, ()):
@@ -205,6 +225,9 @@ class Caches:
         for tj in live.get(TRAINJOB.plural, ()):
             if key_of(tj) not in self._trainjobs:
                 out.setdefault(TRAINJOB.plural, set()).add(key_of(tj))
+        for js in live.get(JOBSET.plural, ()):
+            if key_of(js) not in self._jobsets:
+                out.setdefault(JOBSET.plural, set()).add(key_of(js))
         for pod in live.get(POD.plural, ()):
             for job_key, name in index_pod_by_job(pod).items():
                 if name not in (self._pods_by_job.get(job_key) or ()):
@@ -222,7 +245,7 @@ async def list_live(kube: KubeAPI) -> dict[str, list[Obj]]:
     """What the indexes should hold, listed through ``Kube`` (for the warm-up check)."""
     out: dict[str, list[Obj]] = {}
     for res, selector in ((WORKLOAD, None), (TRAINJOB, names.JOB_ID_LABEL),
-                          (POD, names.JOBSET_NAME_LABEL),
+                          (JOBSET, names.JOB_ID_LABEL), (POD, names.JOBSET_NAME_LABEL),
                           (ADMISSION_CHECK, None), (CLUSTER_QUEUE, None)):
         out[res.plural], _ = await kube.list(res, label_selector=selector)
     return out

@@ -38,6 +38,7 @@ from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube.resources import (
     ADMISSION_CHECK,
     CLUSTER_QUEUE,
+    JOBSET,
     POD,
     TRAINJOB,
     WORKLOAD,
@@ -101,6 +102,9 @@ def settings() -> kopf.OperatorSettings:
     s.watching.label_selectors[POD.plural] = names.JOBSET_NAME_LABEL
     # ...and only dispatch's TrainJobs (Start labels them): what a decision reads A from.
     s.watching.label_selectors[TRAINJOB.plural] = names.JOB_ID_LABEL
+    # ...and their JobSets (the runtime copy labels the JobSet template): which JobSet an
+    # approval names (core.execution).
+    s.watching.label_selectors[JOBSET.plural] = names.JOB_ID_LABEL
     s.watching.server_timeout = 300  # the API server ends each watch; kopf resumes it
     s.watching.client_timeout = 330
     # kopf retries failed handlers; our handlers do not fail (they only enqueue).
@@ -219,6 +223,11 @@ def registry(controller: Controller, login: Login) -> kopf.OperatorRegistry:
     async def pods_by_job(body: kopf.Body, **_: Any) -> dict[intake.Key, str]:
         return intake.index_pod_by_job(body)
 
+    @kopf.index(*_selector(JOBSET), id="jobsets",
+                labels={names.JOB_ID_LABEL: kopf.PRESENT}, registry=reg)
+    async def jobsets(body: kopf.Body, **_: Any) -> dict[intake.Key, str]:
+        return intake.index_jobset(body)
+
     @kopf.index(*_selector(ADMISSION_CHECK), id="admission_checks", registry=reg)
     async def admission_checks(body: kopf.Body, **_: Any) -> dict[str, intake.Obj]:
         return intake.index_admission_check(body)
@@ -238,6 +247,7 @@ def registry(controller: Controller, login: Login) -> kopf.OperatorRegistry:
     feed(WORKLOAD)
     feed(TRAINJOB, labels={names.JOB_ID_LABEL: kopf.PRESENT})
     feed(POD, labels={names.JOBSET_NAME_LABEL: kopf.PRESENT})
+    feed(JOBSET, labels={names.JOB_ID_LABEL: kopf.PRESENT})
     feed(ADMISSION_CHECK)
     feed(CLUSTER_QUEUE)
     return reg

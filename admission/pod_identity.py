@@ -1,13 +1,18 @@
-"""The identity of every dispatch pod: the mutating webhook that gives each container its
-execution identity.
+"""The identity of every dispatch pod, and the last fence: the mutating webhook that judges
+each dispatch pod at its creation and gives each container its execution identity.
 
 Served by every replica, leader or not (admission must not wait for an election). For a pod
-labelled ``dispatch.phpboyscout.uk/job-id`` it reads A from the TrainJob named by the pod's
-``jobset-name`` label (a fresh GET: A may have risen a moment ago), J from the pod's
-``restart-attempt`` label, and sets ``DISPATCH_JOB_ID``, ``DISPATCH_SUBMISSION``,
+labelled ``dispatch.phpboyscout.uk/job-id`` it reads, live (A may have risen a moment ago),
+the TrainJob named by the pod's ``jobset-name`` label and the job's pods, and admits the pod
+only as part of the execution the gate approved (:func:`dispatch_kubeflow.core.execution.
+judge_pod`: its JobSet is the approved one, and no alive pod of another execution is left);
+otherwise it refuses the pod with a message naming the job and what it waits for, and the
+Job controller tries the create again later. An admitted pod gets A from the TrainJob, J from
+its ``restart-attempt`` label, and ``DISPATCH_JOB_ID``, ``DISPATCH_SUBMISSION``,
 ``DISPATCH_ATTEMPT`` and ``DISPATCH_EPOCH`` on every container and init container, replacing
 existing values. Anything it cannot read denies the pod (fail closed). Dry-run requests are
-handled the same way: that is how the adapter's preflight proves the injection.
+handled the same way, except that a job never admitted passes (nothing is made): that is how
+the adapter's preflight proves the injection.
 
 The MutatingWebhookConfiguration (design.md) is written here too when the controller manages
 it (``--webhook-url`` for a host process, ``--webhook-service`` in a cluster).
@@ -27,10 +32,11 @@ from aiohttp import web
 
 from admission.observability import Metrics, parse_listen
 from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.execution import judge_pod
 from dispatch_kubeflow.core.identity import ExecutionIdentity, IdentityError, parse_count
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.kube import KubeAPI, Resource
-from dispatch_kubeflow.kube.resources import TRAINJOB
+from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +116,10 @@ def review_response(uid: str, *, patch: list[Obj] | None = None,
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
 
 
-async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj | None]]) -> Obj:
-    """Answer one AdmissionReview request (the ``request`` member)."""
+async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj | None]],
+                 list_pods: Callable[[str, str], Awaitable[list[Obj]]]) -> Obj:
+    """Answer one AdmissionReview request (the ``request`` member). ``list_pods(namespace,
+    trainjob)`` lists the job's pods that exist now."""
     uid = str(request.get("uid") or "")
     pod = request.get("object") or {}
     if not is_dispatch_pod(pod):
@@ -126,7 +134,15 @@ async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj 
             raise Denied(f"cannot read TrainJob {namespace}/{name}: {exc}") from exc
         if tj is None:
             raise Denied(f"TrainJob {namespace}/{name} does not exist")
-        return review_response(uid, patch=env_patch(pod, identity_for(pod, tj)))
+        ident = identity_for(pod, tj)
+        try:
+            pods = await list_pods(namespace, name)
+        except errors.KubeError as exc:
+            raise Denied(f"cannot list the pods of TrainJob {namespace}/{name}: {exc}") from exc
+        verdict = judge_pod(pod, tj, ident.admissions, pods, dry_run=bool(request.get("dryRun")))
+        if not verdict.allowed:
+            raise Denied(verdict.reason)
+        return review_response(uid, patch=env_patch(pod, ident))
     except Denied as exc:
         return review_response(uid, denied=f"dispatch-admission: {exc}")
 
@@ -218,6 +234,12 @@ class WebhookServer:
     async def _get_trainjob(self, namespace: str, name: str) -> Obj | None:
         return await self.kube.get_or_none(TRAINJOB, name, namespace)
 
+    async def _list_pods(self, namespace: str, trainjob: str) -> list[Obj]:
+        # Live, like the TrainJob: the fence is only as good as this list is current.
+        pods, _ = await self.kube.list(POD, namespace,
+                                       label_selector=f"{names.JOBSET_NAME_LABEL}={trainjob}")
+        return pods
+
     async def _handle(self, request: web.Request) -> web.Response:
         try:
             body = await request.json()
@@ -225,7 +247,7 @@ class WebhookServer:
         except (ValueError, KeyError, TypeError):
             self.metrics.webhook.labels("malformed").inc()
             return web.Response(status=400, text="expected an AdmissionReview v1\n")
-        out = await review(req, self._get_trainjob)
+        out = await review(req, self._get_trainjob, self._list_pods)
         resp = out["response"]
         outcome = "denied" if not resp["allowed"] else ("patched" if "patch" in resp
                                                         else "ignored")

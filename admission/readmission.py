@@ -51,10 +51,18 @@ from admission.observability import EventRecorder, Metrics
 from admission.workqueue import WorkQueue
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.admission_count import admission_token, plan_admission
-from dispatch_kubeflow.core.objects import condition, is_true, labels_of
+from dispatch_kubeflow.core.admission_count import admissions as admissions_of
+from dispatch_kubeflow.core.execution import (
+    alive,
+    approval_annotations,
+    approved_jobset,
+    is_alive,
+    plan_rebind,
+)
+from dispatch_kubeflow.core.objects import annotations_of, condition, is_true, labels_of
 from dispatch_kubeflow.core.times import format_time, parse_time
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
+from dispatch_kubeflow.kube.resources import JOBSET, POD, TRAINJOB, WORKLOAD
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +99,10 @@ def ready_message(a: int) -> str:
     return f"no pod of the previous execution is left; admission count A = {a}"
 
 
+def no_jobset_message(trainjob: str) -> str:
+    return f"waiting for Trainer to make JobSet {trainjob}, which the approval names"
+
+
 # --- judging the objects (pure) --------------------------------------------------------
 def check_entry(wl: Obj, check_names: frozenset[str]) -> Obj | None:
     for c in (wl.get("status") or {}).get("admissionChecks") or []:
@@ -104,11 +116,13 @@ class Decision:
     """What to do with one Workload, judged from the objects.
 
     ``ignore``: not ours (no check of ours on it). ``skip``: ours but unusable; log why.
-    ``idle``: ours, nothing to do now. ``wait``: old pods remain. ``approve``: raise A (if
-    the token says so) and set the check Ready.
+    ``idle``: ours, nothing to do now. ``wait``: old pods remain (or the JobSet the approval
+    must name is not there yet). ``approve``: raise A (if the token says so) and set the
+    check Ready. ``rebind``: admitted, but the TrainJob's JobSet is not the one approved (it
+    was re-made): raise A for it once the old execution's pods are gone (core.execution).
     """
 
-    kind: Literal["ignore", "skip", "idle", "wait", "approve"]
+    kind: Literal["ignore", "skip", "idle", "wait", "approve", "rebind"]
     reason: str = ""
     check: str = ""
     trainjob: str = ""
@@ -119,8 +133,11 @@ class Decision:
 
 
 def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str, frozenset[str]],
-           pods_left: int) -> Decision:
-    """Judge a Workload. ``cluster_queues`` maps a ClusterQueue to the checks it lists."""
+           pods_left: int, jobset_uid: str | None, trainjob: Obj | None = None) -> Decision:
+    """Judge a Workload. ``cluster_queues`` maps a ClusterQueue to the checks it lists;
+    ``pods_left`` counts the job's alive pods; ``jobset_uid`` is the UID of the TrainJob's
+    JobSet (None: there is none); ``trainjob`` (as indexed) is read only to notice a JobSet
+    re-made under an admitted Workload."""
     entry = check_entry(wl, check_names)
     if entry is None:
         return Decision("ignore", "no check of ours on it")
@@ -128,6 +145,9 @@ def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str,
     tj = trainjob_of(wl)
     if tj is None:
         return Decision("skip", "not owned by a TrainJob", check=check)
+    if entry.get("state") == READY and _rebound(wl, trainjob, jobset_uid):
+        return Decision("rebind", f"JobSet {jobset_uid} is not the approved "
+                        f"{approved_jobset(trainjob)}", check=check, trainjob=tj)
     if entry.get("state") != PENDING:
         return Decision("idle", f"check is {entry.get('state')}", check=check, trainjob=tj)
     if (wl.get("spec") or {}).get("active") is False:
@@ -154,8 +174,26 @@ def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str,
         msg = waiting_message(pods_left)
         return Decision("wait", msg, check=check, trainjob=tj, pods=pods_left, message=msg,
                         write=entry.get("message") != msg)
+    if not jobset_uid:
+        msg = no_jobset_message(tj)
+        return Decision("wait", msg, check=check, trainjob=tj, message=msg,
+                        write=entry.get("message") != msg)
     return Decision("approve", "no pod of the previous execution is left", check=check,
                     trainjob=tj)
+
+
+def _rebound(wl: Obj, trainjob: Obj | None, jobset_uid: str | None) -> bool:
+    """The Workload's admission is the one the TrainJob's A was raised for, it is admitted
+    and running, and the TrainJob's JobSet is not the one that admission approved."""
+    if trainjob is None or not jobset_uid:
+        return False
+    approved = approved_jobset(trainjob)
+    if not approved or approved == jobset_uid:
+        return False
+    if (wl.get("spec") or {}).get("active") is False or is_true(wl, "Evicted") \
+            or not is_true(wl, "Admitted"):
+        return False
+    return annotations_of(trainjob).get(names.ADMISSION_TOKEN) == admission_token(wl)
 
 
 def check_apply(wl: Obj, check: str, state: str, message: str, now: datetime, *,
@@ -209,9 +247,9 @@ class Readmission:
     warning (Events are advice; decisions must not wait for them)."""
 
     def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches, *,
-                 workloads: Feed, trainjobs: Feed, pods: Feed, admission_checks: Feed,
-                 cluster_queues: Feed, metrics: Metrics, events: EventRecorder,
-                 workers: int = 2) -> None:
+                 workloads: Feed, trainjobs: Feed, pods: Feed, jobsets: Feed,
+                 admission_checks: Feed, cluster_queues: Feed, metrics: Metrics,
+                 events: EventRecorder, workers: int = 2) -> None:
         self.kube = kube
         self.elector = elector
         self.caches = caches
@@ -232,6 +270,7 @@ class Readmission:
         workloads.subscribe(self._on_workload)
         trainjobs.subscribe(self._on_trainjob)
         pods.subscribe(self._on_pod)
+        jobsets.subscribe(self._on_jobset)
         admission_checks.subscribe(
             lambda typ, ac: self._on_setup("admissionchecks", typ, ac, is_our_check(ac)))
         cluster_queues.subscribe(
@@ -252,17 +291,22 @@ class Readmission:
 
     def _on_trainjob(self, typ: str, obj: Obj) -> None:
         if typ == "ADDED":  # a Workload judged before its TrainJob was indexed
-            ns, name = key_of(obj)
-            for wl in self.caches.workloads_of_job(ns, name):
-                self.queue.add((ns, wl))
+            self._enqueue_job(*key_of(obj))
+
+    def _on_jobset(self, typ: str, obj: Obj) -> None:
+        if typ != "MODIFIED":  # a JobSet made, or re-made: what an approval names
+            self._enqueue_job(*key_of(obj))
+
+    def _enqueue_job(self, ns: str, trainjob: str) -> None:
+        for wl in self.caches.workloads_of_job(ns, trainjob):
+            self.queue.add((ns, wl))
 
     def _on_pod(self, typ: str, obj: Obj) -> None:
-        if typ == "MODIFIED":
-            return  # only a pod's coming and going changes what a Workload waits for
+        if typ == "MODIFIED" and is_alive(obj):
+            # Only a pod's coming, going or finishing changes what a Workload waits for.
+            return
         ns, _ = key_of(obj)
-        job = labels_of(obj).get(names.JOBSET_NAME_LABEL)
-        for wl in self.caches.workloads_of_job(ns, str(job)):
-            self.queue.add((ns, wl))
+        self._enqueue_job(ns, str(labels_of(obj).get(names.JOBSET_NAME_LABEL)))
         if typ == LISTED and self.warm:
             # kopf re-lists after a watch gap without DELETED events for what went meanwhile:
             # once the re-list is quiet, judge every Workload again from a live read.
@@ -381,8 +425,12 @@ class Readmission:
                      extra={"workload": f"{key[0]}/{key[1]}"})
 
     def _decide(self, wl: Obj, pods_left: int) -> Decision:
+        ns, _ = key_of(wl)
+        tj = trainjob_of(wl) or ""
         return decide(wl, check_names=self.caches.check_names(),
-                      cluster_queues=self.caches.cq_checks(), pods_left=pods_left)
+                      cluster_queues=self.caches.cq_checks(), pods_left=pods_left,
+                      jobset_uid=self.caches.jobset_uid(ns, tj),
+                      trainjob=self.caches.trainjob(ns, tj))
 
     async def reconcile(self, key: Key) -> None:
         if not self.elector.is_leader():
@@ -474,7 +522,10 @@ class Readmission:
         live_pods, _ = await self.kube.list(
             POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={tj_name}")
         listed = time.monotonic()
-        d = self._decide(wl, len(live_pods))
+        d = self._decide(wl, len(alive(live_pods)))
+        if d.kind == "rebind":
+            await self._rebind(key, wl, tj_name, live_pods, live)
+            return
         if d.kind == "wait":
             if d.write:
                 try:
@@ -491,7 +542,10 @@ class Readmission:
             self._skip(key, f"TrainJob {tj_name} is gone")
             return
         token = admission_token(wl)
-        plan = plan_admission(tj, token)
+        # The approval names the JobSet it lets run (core.execution): its pods alone pass
+        # the webhook. From the index: a stale UID only makes the rebind raise A once more.
+        jobset_uid = self.caches.jobset_uid(ns, tj_name) or ""
+        plan = plan_admission(tj, token, approval_annotations(jobset_uid))
         if not plan.ok:
             self._skip(key, f"TrainJob {tj_name}: {plan.reason}")
             return
@@ -560,3 +614,43 @@ class Readmission:
             if raised or ready:
                 self._later("AdmissionCountRaised", self._record_admission(
                     tj, plan.count, token, d.check if ready else None))
+
+    async def _rebind(self, key: Key, wl: Obj, tj_name: str, pods: list[Obj],
+                      live: bool) -> None:
+        """Approve a JobSet re-made under an admitted Workload as a new execution: once no
+        alive pod of another JobSet is left, raise A and record the new JobSet. Until then
+        the webhook refuses the new JobSet's pods (core.execution.judge_pod)."""
+        ns, name = key
+        jobset_uid = self.caches.jobset_uid(ns, tj_name)
+        if live or not jobset_uid:
+            js = await self.kube.get_or_none(JOBSET, tj_name, ns)
+            jobset_uid = str((js or {}).get("metadata", {}).get("uid") or "")
+        tj = await self._trainjob(wl, ns, tj_name, live)
+        if tj is None or not jobset_uid:
+            return
+        others = sum(1 for p in alive(pods)
+                     if labels_of(p).get(names.JOBSET_UID_LABEL) != jobset_uid)
+        plan = plan_rebind(tj, admissions_of(tj), jobset_uid, others)
+        ctx = {"workload": f"{ns}/{name}", "trainjob": tj_name, "jobset_uid": jobset_uid}
+        if not plan.needed or plan.patch is None:
+            log.info("workload %s/%s: %s", ns, name, plan.reason, extra=ctx)
+            return
+        if not self.elector.is_leader():
+            return
+        try:
+            # Fenced: the patch carries the resourceVersion of the TrainJob it was planned
+            # from, so a replica that planned from an older one raises nothing (409).
+            tj = await self.kube.patch(TRAINJOB, tj_name, plan.patch, ns, kind="merge")
+        except errors.KubeConflict:
+            self._stale(key, "A for the re-made JobSet")
+            return
+        except errors.KubeNotFound:
+            return
+        self.metrics.decisions.labels("rebound").inc()
+        log.info("workload %s/%s: %s; raised A to %d", ns, name, plan.reason, plan.count,
+                 extra={**ctx, "admission_count": plan.count})
+        self._later("ExecutionRebound", self.events.record(
+            tj, reason="AdmissionCountRaised", action="RaiseAdmissionCount",
+            note=f"admission count A raised to {plan.count}: {plan.reason}, and no pod of "
+                 "the previous execution is left",
+            key=f"AdmissionCountRaised/{jobset_uid}"))

@@ -205,16 +205,17 @@ def check_identity(ledger: Sequence[LedgerLine], ops: Sequence[Operation],
     """(b) Ordered by start, a job's executions have strictly increasing DISPATCH_EPOCH,
     and within one submission strictly increasing R = A + J.
 
-    A new submission is a new TrainJob, whose A starts again: across submissions the epoch
-    (submission * 1 000 000 + R) must rise, R need not. Every line of an execution must
-    carry the same epoch, and the epoch must be the one its DISPATCH_ATTEMPT implies.
+    A new submission, or a later attempt of one, is a new TrainJob whose A starts again:
+    across them the epoch (:func:`dispatch_kubeflow.core.identity.epoch`) must rise, R need
+    not. Every line of an execution must carry the same epoch, and the epoch must be the one
+    its DISPATCH_ATTEMPT implies.
     """
     problems: list[str] = []
     ctx: tuple[tuple[LedgerLine, ...], tuple[Operation, ...]] | None = None
     for job, exs in sorted(executions(ledger).items()):
         for ex in exs:
             idn = ex.ident
-            want = idn.submission * 1_000_000 + idn.r
+            want = idn.epoch
             epochs = {ln.epoch for ln in ex.lines}
             if epochs != {str(want)}:
                 problems.append(f"job {job}: {ex.attempt} carries DISPATCH_EPOCH "
@@ -222,12 +223,11 @@ def check_identity(ledger: Sequence[LedgerLine], ops: Sequence[Operation],
                 ctx = ctx or _around(job, ex.start_us, ex.start_us, ledger, ops)
         for prev, ex in pairwise(exs):
             p, c = prev.ident, ex.ident
-            pe = p.submission * 1_000_000 + p.r
-            ce = c.submission * 1_000_000 + c.r
+            pe, ce = p.epoch, c.epoch
             why = ""
             if ce <= pe:
                 why = f"DISPATCH_EPOCH {pe} -> {ce}"
-            elif c.submission == p.submission and c.r <= p.r:
+            elif (c.submission, c.attempt) == (p.submission, p.attempt) and c.r <= p.r:
                 why = f"A + J {p.r} -> {c.r}"
             if why:
                 problems.append(f"job {job}: {prev.attempt} then {ex.attempt}: {why}, "

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from dispatch_kubeflow.core import identity
+
 LineKind = Literal["start", "beat", "term", "exit"]
 LINE_KINDS: frozenset[str] = frozenset({"start", "beat", "term", "exit"})
 
@@ -48,6 +50,11 @@ class Attempt:
     def r(self) -> int:
         """R = A + J."""
         return self.admissions + self.restarts
+
+    @property
+    def epoch(self) -> int:
+        """The ``DISPATCH_EPOCH`` this identity implies (the one rule, in core)."""
+        return identity.epoch(self.submission, self.r, self.attempt)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 from dispatch_kubeflow import errors, hold, observe, preflight, state
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.core.execution import alive
 from dispatch_kubeflow.find import KINDS
 from dispatch_kubeflow.informer import Feed, Informers
 from dispatch_kubeflow.jobs import Listed
@@ -76,9 +77,9 @@ class PlainMode:
 
     def hold_expiry(self, trainjob: Mapping[str, Any] | None,
                     pods: Sequence[Mapping[str, Any]]) -> datetime | None:
-        """The hold's ``hold-until``, once no pod of the job is left (the release waits for
+        """The hold's ``hold-until``, once no pod of the job is alive (the release waits for
         them anyway), when the TrainJob carries dispatch's hold."""
-        if trainjob is None or pods:
+        if trainjob is None or alive(pods):
             return None
         obs = state.observe(trainjob, None, pods)
         return obs.hold_until if obs.hold_instance else None

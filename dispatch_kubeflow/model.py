@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TypeVar
 
+from dispatch_kubeflow.core import identity
 from dispatch_kubeflow.errors import SpecError
 
 # --- JobID ---------------------------------------------------------------------------------
@@ -194,6 +195,12 @@ class StartRequest:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SpecError(f"{name}: must be an integer of at least 1, got {value!r}",
                                 field=name)
+        if self.attempt > identity.ATTEMPT_MAX:
+            # Each attempt owns its own range of DISPATCH_EPOCH (core.identity): past the
+            # last one, a later attempt could only reuse an epoch.
+            raise SpecError(f"attempt: at most {identity.ATTEMPT_MAX} attempts of a submission "
+                            f"fit DISPATCH_EPOCH, got {self.attempt}; start a new submission",
+                            field="attempt")
         self.spec.validate()
 
 

@@ -14,8 +14,8 @@ row    condition                                                          state 
 3      TrainJob condition ``Complete=True``                               succeeded   0
 4      TrainJob condition ``Failed=True``                                 failed      0
 5      dispatch's hold annotations (Kueue: on the Workload; plain: on     holding if  n
-       the TrainJob), hold-instance n                                     pods, else
-                                                                          held
+       the TrainJob), hold-instance n                                     alive pods,
+                                                                          else held
 6      Kueue: Workload ``spec.active=false`` without dispatch's hold;     holding /   0
        plain: ``spec.suspend=true`` after the job was opened (A > 0)      held
        without dispatch's hold — someone else stopped it
@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.core.execution import alive
 from dispatch_kubeflow.core.identity import IdentityError, parse_count
 from dispatch_kubeflow.core.objects import annotations_of, condition, is_true, labels_of, meta
 from dispatch_kubeflow.core.times import parse_time
@@ -122,6 +123,8 @@ def hold_record(obj: Obj | None) -> Mapping[str, str] | None:
 def observe(trainjob: Obj | None, workload: Obj | None, pods: Sequence[Obj]) -> Observation:
     """The job's state by the table in this module's docstring."""
     n_pods = len(pods)
+    # A finished rank (its suspended Job keeps it) is no pod to wait for: held, not holding.
+    n_alive = len(alive(pods))
     running = running_pods(pods)
     j = max((restarts(p) for p in pods), default=0)
     if trainjob is None:
@@ -144,15 +147,15 @@ def observe(trainjob: Obj | None, workload: Obj | None, pods: Sequence[Obj]) -> 
     kueue = is_kueue(trainjob)
     holder = workload if kueue else trainjob
     record = hold_record(holder)
-    stopping = ObjectState.HOLDING if n_pods else ObjectState.HELD
+    stopping = ObjectState.HOLDING if n_alive else ObjectState.HELD
     if record is not None:
         who = record.get(names.HOLD_WHO, "")
         why = record.get(names.HOLD_REASON, "")
         detail = f"held by {who}" if who else "held"
         if why:
             detail += f": {why}"
-        if n_pods:
-            detail += f"; waiting for {n_pods} pods to go"
+        if n_alive:
+            detail += f"; waiting for {n_alive} pods to go"
         return obs(stopping, detail, "Held", hold=hold_instance(holder),
                    until=parse_time(record.get(names.HOLD_UNTIL)))
 
@@ -161,9 +164,9 @@ def observe(trainjob: Obj | None, workload: Obj | None, pods: Sequence[Obj]) -> 
         detail = "Workload deactivated, not by dispatch"
         if cond.get("message"):
             detail += f": {cond['message']}"
-        return obs(stopping, _left(detail, n_pods), "Deactivated")
+        return obs(stopping, _left(detail, n_alive), "Deactivated")
     if not kueue and suspended(trainjob) and a > 0:
-        return obs(stopping, _left("TrainJob suspended, not by dispatch", n_pods), "Suspended")
+        return obs(stopping, _left("TrainJob suspended, not by dispatch", n_alive), "Suspended")
 
     if kueue:
         gated_by = gates(trainjob)

@@ -3,21 +3,46 @@
  * Explained in docs/readmission-model.md; checked by verify/run.py (make verify).
  *
  * Two controller replicas elect a leader on a Lease. The leader approves a Workload at the
- * readmission gate (admission/readmission.py) while Kueue, Trainer and the kubelet do what
- * they do, and the user holds and releases the job. Every step below is one atomic request
- * to the API server (or one decision of a controller); between any two steps any other
- * step may happen. That is how a replica is slow or stalls: it takes no step for a while,
- * its lease expires meanwhile, and it carries on from where it was.
+ * readmission gate (admission/readmission.py) while Kueue, Trainer, JobSet, the Job
+ * controller, the pod webhook and the kubelet do what they do, and the user holds and
+ * releases the job. Every step below is one atomic request to the API server (or one
+ * decision of a controller); between any two steps any other step may happen. That is how
+ * a replica is slow or stalls: it takes no step for a while, its lease expires meanwhile,
+ * and it carries on from where it was.
+ *
+ * An execution is one start of the job's pods: an unsuspend of the TrainJob, a JobSet made
+ * while the TrainJob runs, or a JobSet restart. Its identity is (JobSet UID, A, J, attempt),
+ * and its epoch (attempt - 1) * SPAN + A + J (SPAN is 10,000 in the code). A pod is alive
+ * unless it Succeeded or Failed (a terminating pod is alive).
  *
  * Properties (assertions, at the step where each can first break):
- *   (a) never pods of two executions at once;
- *   (b) A rises exactly once per admission: never twice with one token, and every
- *       execution starts with its own admission's token recorded (an admission is one
- *       quota reservation of the Workload, named by the token <uid>/<evictions>);
- *   (c) each execution's R is strictly higher than the previous one's (and all pods of
- *       one execution have the same R).
+ *   (a) never alive pods of two executions at once;
+ *   (b) A rises exactly once per admission: never twice with one token, never twice for
+ *       one (token, JobSet) by a rebind, and every execution started by the gate starts
+ *       with its own admission's token recorded (an admission is one quota reservation of
+ *       the Workload, named by the token <uid>/<evictions>);
+ *   (c) each execution's epoch is strictly higher than the previous one's, across attempts
+ *       too, and all pods of one execution have its identity;
+ *   (d) the gate never waits on finished pods alone (they stay until their Job is deleted,
+ *       so that wait would last for ever: checked here as a safety assertion);
+ *   (e) never alive pods of two identities at once (what the pod fence itself promises;
+ *       implied by (a) and (c), checked on its own where those do not hold).
  *
- * Variants, by preprocessor macro (spin -DNAME -a readmission.pml):
+ * Paths, by preprocessor macro (spin -DNAME -a readmission.pml). With none of them the
+ * model is the gate alone (one JobSet, one attempt, no pod finishes early, no pod fence):
+ *   FINISH        a rank's pod may finish (Succeeded or Failed) while others run; its Job
+ *                 keeps it, and does not run that index again on resume.
+ *   JOBSETS       anyone may delete the JobSet (Trainer makes a new one, new UID, J = 0;
+ *                 MAXRECREATE times, default 1); JobSet restarts raise J (MAXRESTART times,
+ *                 default 1); the controller's rebind.
+ *   ATTEMPTS=n    StopJob deletes the TrainJob, Workload, JobSet; a new attempt of the same
+ *                 job starts from A = 0 (n attempts; default 1).
+ *   REMAKE        Kueue re-makes the Workload once (new UID, not admitted).
+ *   CHECKREMOVAL  an admin removes dispatch's check from the ClusterQueue: Kueue admits
+ *                 without the gate.
+ *   JOBSETS, ATTEMPTS > 1, REMAKE and CHECKREMOVAL bring the pod fence (the webhook's
+ *   checks) with them: those paths make pods that never pass the gate.
+ * Variants of the protocol (each must verify, or must fail):
  *   NOFENCE       the Ready apply carries no metadata.resourceVersion: it always applies.
  *                 Must fail: a stale decision approves, (a) or (b) or (c) breaks.
  *   NOEVICTGUARD  decide() ignores the Workload's Evicted condition. Must fail: one
@@ -33,21 +58,60 @@
  *                 Verifies too: the confirms add no safety to the fenced writes.
  *   NOLEADER      no leadership check at all in the decision: both replicas decide all
  *                 the time. Verifies too: safety rests on the fences, not on the Lease.
+ *   FINISHEDBLOCK the gate counts finished pods as left. Must fail (d).
+ *   NOPODFENCE    the webhook admits any pod. Must fail (a): a re-made JobSet runs beside
+ *                 the old one's pods, or a check-less admission beside the last one's.
+ *   NOJOBSETRECORD no approved JobSet on the TrainJob and no rebind; the webhook checks
+ *                 only that no alive pod of another execution is left. Must fail (c).
+ *   NOATTEMPTBASE the epoch without the attempt's base. Must fail (c).
+ *   RAISEPASTJ    (proposed) a raise that records a JobSet other than the approved one
+ *                 raises A by 1 + MAXRESTART (JobSet's maxRestarts bounds J) instead of 1.
+ *   RECORDNONE    (the code as first written) the approval records "no JobSet" when its
+ *                 cache has none, and the webhook skips the JobSet check when none is
+ *                 recorded. Must fail (c).
  *   RVCOUNTER     resourceVersions as literal counters (the default stores only the result
  *                 of the one comparison ever made with them; same behaviours, more states).
  *   MAXHOLD=n     how many times the user holds (and may release) the job; default 2.
- *   PROPS=n       which properties to check, a bit mask: 1 (a), 2 (b), 4 (c); default 7.
+ *   PROPS=n       which properties to check, a bit mask: 1 (a), 2 (b), 4 (c), 8 (d),
+ *                 16 (e); default 31.
  * Crashes and stalls are unbounded. The printf lines tell a trail's story (spin -t).
+ * TODO (not modelled, not implemented yet): a hold outliving a re-made Workload. REMAKE
+ * re-makes only an active Workload.
  */
 
 #ifndef MAXHOLD
 #define MAXHOLD 2
 #endif
 #ifndef PROPS
-#define PROPS 7
+#define PROPS 31
+#endif
+#ifndef ATTEMPTS
+#define ATTEMPTS 1
+#endif
+#ifdef JOBSETS
+#ifndef MAXRECREATE
+#define MAXRECREATE 1
+#endif
+#ifndef MAXRESTART
+#define MAXRESTART 1
+#endif
+#else
+#define MAXRECREATE 0
+#define MAXRESTART 0
+#endif
+#ifdef REMAKE
+#define MAXREMAKE 1
+#else
+#define MAXREMAKE 0
+#endif
+#if (defined(JOBSETS) || ATTEMPTS > 1 || defined(REMAKE) || defined(CHECKREMOVAL)) && !defined(NOPODFENCE)
+#define PODFENCE
 #endif
 #define NPOD 2            /* pods per execution: a two-node TrainJob */
 #define NONE 2            /* no replica */
+#define NOJS 15           /* no JobSet UID */
+#define SPAN 16           /* epochs per attempt (10,000 in the code); A + J stays below */
+#define NOJSMSG 100       /* the check's message "waiting for Trainer to make JobSet ..." */
 
 /* --- the Lease dispatch-system/dispatch-admission ------------------------------------ */
 byte holder = NONE;       /* spec.holderIdentity */
@@ -62,18 +126,30 @@ bool admitted = false;    /* Admitted=True: Kueue latches it until the next evic
 bool ready = false;       /* our check's state: Ready, else Pending */
 byte msg = 0;             /* our check's message: N of "waiting for N pods ...", else 0 */
 byte ev = 0;              /* status.schedulingStats.evictions[].count, summed */
+byte wuid = 0;            /* metadata.uid: a re-made Workload (REMAKE, a new attempt) */
+bool checkon = true;      /* the ClusterQueue lists dispatch's check (CHECKREMOVAL) */
+bool gated = true;        /* the current admission was admitted with the check listed */
 
 /* --- the TrainJob -------------------------------------------------------------------- */
 bool suspended = true;    /* spec.suspend */
 byte A = 0;               /* annotation admission-count */
-byte tok = 0;             /* annotation admission-token, as ev+1 of the admission that
-                             raised A last (one Workload: the uid part is constant); 0: none */
+byte tok = 0;             /* annotation admission-token: ev+1 of the admission that raised
+                             A last, and tokw the uid of its Workload; 0: none */
+byte tokw = 0;
+byte appr = NOJS;         /* annotation approved-jobset: the UID the last raise recorded */
+byte att = 1;             /* the attempt this TrainJob is (its label; the service counts) */
+
+/* --- the JobSet ---------------------------------------------------------------------- */
+byte js = 0;              /* metadata.uid of the TrainJob's JobSet */
+byte J = 0;               /* status.restarts: pods of restart J carry restart-attempt = J */
+byte ndel = 0, nrst = 0, nremake = 0;
 
 /* --- resourceVersions ----------------------------------------------------------------
  * A write's precondition compares the version a replica read with the current one, and
  * every write makes a new version. So "rv read == rv now" holds exactly when nothing wrote
  * the object since the read: by default the model keeps that truth per replica and object,
- * RVCOUNTER keeps the numbers themselves (bounded here by 250 writes). */
+ * RVCOUNTER keeps the numbers themselves (bounded here by 250 writes). A deleted and
+ * re-made object (StopJob, REMAKE) has a new version too. */
 #ifdef RVCOUNTER
 byte wl_rv = 1, tj_rv = 1;
 byte wl_seen[2], tj_seen[2];            /* the rv each replica's decision read; 0: none */
@@ -100,8 +176,8 @@ bool wl_same[2], tj_same[2];            /* nothing wrote the object since the ve
 
 /* --- each replica's caches: kopf's indexes (admission/intake.py) --------------------
  * A watch delivers versions in order, late by any amount, so a cache holds some version
- * that was current at some moment in the past. The decision reads the Workload and the
- * TrainJob from there.
+ * that was current at some moment in the past. The decision reads the Workload, the
+ * TrainJob and the JobSet from there.
  * - The Workload is the decision's first read: a version that was current at some
  *   earlier moment, read from the cache now, is to everything after it the same as a
  *   GET at that moment followed by a stall until now. READ_WL is that GET; the stall is
@@ -110,24 +186,95 @@ bool wl_same[2], tj_same[2];            /* nothing wrote the object since the ve
  *   than the list and than the Workload's version. READ_TJ reads either the current
  *   version or an older one: being older, it fails the rv precondition of RAISE, and its
  *   token is one the TrainJob had, so not higher than the current one (RAISE only ever
- *   writes a higher token, under the TrainJob's rv). Any such token may be read. That
- *   is more than a cache can hold (a cache is per replica and moves forward), which is
- *   safe: a property that holds with more behaviours holds with fewer.
+ *   writes a higher token of a Workload, under the TrainJob's rv). Any such token may be
+ *   read. That is more than a cache can hold (a cache is per replica and moves forward),
+ *   which is safe: a property that holds with more behaviours holds with fewer.
+ * - The JobSet's UID (JOBSETS): the current one, none, or an older one (any older UID
+ *   is, to the model, as good as the one before the current).
  * CACHEDPODS: a cache of the pod count too, exact (the last count it took), so that a
  * counterexample found with it is one a real cache can produce. */
 #ifdef CACHEDPODS
 byte c_npods[2];
 #endif
 
-/* --- pods, and the bookkeeping of the properties ------------------------------------- */
-byte npods = 0;           /* pods of the job that exist, terminating ones included */
-byte pexec = 0;           /* the execution they belong to */
-byte nexec = 0;           /* executions so far: one per unsuspend of the TrainJob */
-byte ncreated = 0;        /* pods created for execution nexec */
-byte lastR = 0;           /* R of the latest execution that had a pod */
-bool own_token = false;   /* at the latest unsuspend, the recorded token was the admission's */
-byte raised = 0;          /* bit t: A was raised with token t */
+/* --- pods, and the bookkeeping of the properties -------------------------------------
+ * In a state the search reaches, all alive pods have one identity (else (e) failed when
+ * the second one was made), so the model keeps their count and that one identity. */
+byte nrun = 0;            /* alive pods (FINISH: running ones, of the current Jobs) */
+#ifdef FINISH
+byte nterm = 0;           /* terminating pods: alive until gone */
+byte nfin = 0;            /* finished pods of the current Jobs: kept until they go */
+#define NALIVE     (nrun + nterm)
+#define STOP_PODS  nterm = nterm + nrun; nrun = 0     /* the Jobs stop: pods terminate */
+#define DROP_FIN   nfin = 0                           /* the Jobs are deleted */
+#define RESUMED    nfin                               /* finished ranks do not run again */
+#else
+#define NALIVE     nrun
+#define STOP_PODS  skip
+#define DROP_FIN   skip
+#define RESUMED    0
+#endif
+byte al_js = 0, al_A = 0, al_J = 0, al_att = 1;   /* the alive pods' identity */
+hidden byte nexec = 0;    /* executions so far: for the story only, not in the state */
+bool al_cur = false;      /* the alive pods belong to the current execution */
+byte ncreated = 0;        /* ranks of execution nexec that have (had) a pod */
+bool rfirst = true;       /* execution nexec has had no pod yet */
+byte r_js = 0, r_A = 0, r_J = 0, r_att = 1;       /* identity of the latest execution that
+                                                     had a pod */
+bool own_token = false;   /* at the latest unsuspend, the recorded token was the admission's
+                             (or the admission did not pass the gate) */
 byte holds = 0;
+
+#define NW       (ATTEMPTS + MAXREMAKE)           /* Workload UIDs */
+#define NJS      (ATTEMPTS + MAXRECREATE)         /* JobSet UIDs */
+#define TOKIX(w, e) ((w) * (MAXHOLD + 2) + (e))
+bit raised[NW * (MAXHOLD + 2)];   /* token t raised A (this TrainJob) */
+#if defined(JOBSETS) && !defined(NOJOBSETRECORD)
+bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet) */
+#endif
+
+#ifdef NOATTEMPTBASE
+#define EPOCH(at, a, j) ((a) + (j))
+#else
+#define EPOCH(at, a, j) (((at) - 1) * SPAN + (a) + (j))
+#endif
+
+/* How much a raise that names JobSet u adds to A. RAISEPASTJ: past any J the approved
+ * JobSet can have reached (JobSet's failurePolicy.maxRestarts), when u is another. */
+#ifdef RAISEPASTJ
+#define STEP(u)   (1 + ((appr != NOJS && appr != (u)) -> MAXRESTART : 0))
+#else
+#define STEP(u)   1
+#endif
+
+/* --- the pod webhook (admission/pod_identity.py, core/execution.judge_pod) ------------
+ * Served by every replica. It reads the TrainJob and the job's pods live when a pod is
+ * created and admits a dispatch pod only if (1) A > 0 and its JobSet is the approved one
+ * (when one is recorded) and (2) no alive pod of the job belongs to another identity
+ * (3) and A + J < SPAN. Otherwise it refuses; the Job controller tries again later. */
+#define SAME_ALIVE (al_js == js && al_A == A && al_J == J && al_att == att)
+#ifdef PODFENCE
+#ifdef NOJOBSETRECORD
+#define FENCE1     (A > 0)
+#else
+#define FENCE1     (A > 0 && (appr == NOJS || appr == js))
+#endif
+#define POD_OK     (FENCE1 && (NALIVE == 0 || SAME_ALIVE) && A + J < SPAN)
+#else
+#define POD_OK     true
+#endif
+/* JobSet's restart is blocking: the Jobs of restart J make pods once no pod of the
+ * JobSet's earlier Jobs is alive. */
+#define JS_READY   !(NALIVE > 0 && al_js == js && al_J != J)
+/* the Jobs of the current JobSet start over: a new execution */
+/* no pod can be made until the next NEW_EXEC: forget this execution (fewer states) */
+#define HALT       ncreated = 0; rfirst = true; al_cur = false
+#define NEW_EXEC   nexec++; ncreated = 0; rfirst = true; al_cur = false
+/* the last alive pod went: forget what the alive pods were (fewer states, same behaviours) */
+#define GONE       if \
+                   :: NALIVE == 0 -> al_cur = false; al_js = 0; al_A = 0; al_J = 0; al_att = 1 \
+                   :: else -> skip \
+                   fi
 
 /* --- one replica: its leader elector and its decision (Readmission._act) ------------- */
 #define IDLE      0       /* waiting for an event */
@@ -136,20 +283,63 @@ byte holds = 0;
 #define WAIT      3       /* pods left: apply the check Pending, "waiting for N pods" */
 #define READ_TJ   4       /* none left: the TrainJob from the cache, plan_admission() */
 #define CONFIRM1  5       /* is_leader() before raising A (LEASECONFIRM: and GET the Lease) */
-#define RAISE     6       /* merge patch A+1 and the token, TrainJob rv as precondition */
+#define RAISE     6       /* merge patch A+1, the token and the JobSet, TrainJob rv fence */
 #define CONFIRM2  7       /* is_leader() before approving (LEASECONFIRM: and GET the Lease) */
 #define APPROVE   8       /* apply the check Ready, fenced by the Workload rv read */
+#define READ_JS   9       /* the JobSet's UID from the cache, for the raise to record */
+#define RB_LIST   10      /* rebind: list the job's pods, live */
+#define RB_READ   11      /* rebind: the JobSet's UID and the TrainJob from the caches */
+#define RB_RAISE  12      /* rebind: is_leader(), merge patch A+1 and the JobSet, rv fence */
 
-/* decide(): the check is Pending, the Workload active, its quota reserved and (the
- * eviction guard) not Evicted, for a reservation Kueue is tearing down is no admission. */
-#ifdef NOEVICTGUARD
-#define OURS      (!ready && wl_active && quota)
+/* the pods the decision counts: live, alive ones (CACHEDPODS: from the cache;
+ * FINISHEDBLOCK: finished ones too) */
+#ifdef CACHEDPODS
+#define PODS_LISTED c_npods[me]
+#elif defined(FINISHEDBLOCK)
+#define PODS_LISTED (NALIVE + nfin)
 #else
-#define OURS      (!ready && wl_active && quota && !evicted)
+#define PODS_LISTED NALIVE
 #endif
 
+/* decide(): the check is Pending, the Workload active, its quota reserved and (the
+ * eviction guard) not Evicted, for a reservation Kueue is tearing down is no admission;
+ * and the ClusterQueue lists the check. */
+#ifdef NOEVICTGUARD
+#define OURS      (!ready && wl_active && quota && checkon)
+#else
+#define OURS      (!ready && wl_active && quota && !evicted && checkon)
+#endif
+/* decide()'s rebind case: the check Ready, admitted, active, not Evicted (the token and
+ * the JobSet are judged at RB_READ) */
+#define REBIND    (ready && admitted && wl_active && !evicted && checkon)
+
+/* the token rule of plan_admission(): tokens of one Workload are ordered by evictions */
+#define TOK_THIS  (tok == ev_r + 1 && tokw == wuid_r)
+#define TOK_NEWER (tok > ev_r + 1 && tokw == wuid_r)
+
 /* the decision is over, or lost with the process: forget what it read */
-#define FORGET    pc = IDLE; ev_r = 0; msg_r = 0; pods_r = 0; FORGET_RV
+#define FORGET    pc = IDLE; ev_r = 0; msg_r = 0; pods_r = 0; wuid_r = 0; js_r = 0; \
+                  pjs_r = 0; FORGET_RV
+
+/* on to approve: what the decision read is needed no more, but the Workload's rv */
+#define TO_APPROVE pc = CONFIRM2; ev_r = 0; wuid_r = 0; js_r = 0
+
+/* on to raise A: read the JobSet to record first (with one JobSet, it is that one) */
+#ifdef JOBSETS
+#define TO_RAISE  pc = READ_JS
+#else
+#define TO_RAISE  js_r = js; pc = CONFIRM1
+#endif
+
+/* plan_rebind(), from the TrainJob in the cache (an older version fails RB_RAISE's fence):
+ * the token is this admission's, the JobSet is not the approved one, and no alive pod of
+ * another JobSet was listed */
+#define RB_JUDGE  TJ_READ; \
+                  if \
+                  :: TOK_THIS && appr != NOJS && appr != js_r && (pods_r == 0 || pjs_r == js_r) -> \
+                       pc = RB_RAISE \
+                  :: else -> FORGET \
+                  fi
 
 /* The leadership check before a write: is_leader(), the elector's own state, no request.
  * LEASECONFIRM: confirm(), is_leader() and a GET of the Lease that names this replica.
@@ -167,7 +357,7 @@ byte holds = 0;
 
 proctype Replica(byte me) {
   byte pc = IDLE;
-  byte ev_r, msg_r, pods_r;   /* what this decision read */
+  byte ev_r, msg_r, pods_r, wuid_r, js_r, pjs_r;   /* what this decision read */
 
   do
   /* The elector (admission/lease.py). One tryAcquireOrRenew round is a GET and a PUT
@@ -180,29 +370,44 @@ proctype Replica(byte me) {
 
 #ifdef CACHEDPODS
   /* The pods' watch: the cache takes the current count. */
-  :: d_step { c_npods[me] = npods }
+  :: d_step { c_npods[me] = NALIVE }
 #endif
 
   /* One decision. */
   :: d_step { pc == IDLE && MAYDECIDE -> pc = READ_WL }
   :: d_step { pc == READ_WL ->
                 if
-                :: OURS -> WL_READ; ev_r = ev; msg_r = msg; pc = LIST;
+                :: OURS -> WL_READ; ev_r = ev; msg_r = msg; wuid_r = wuid; pc = LIST;
                      printf("MSC: r%d reads the Workload from its cache: check Pending, quota reserved, %d evictions\n", me, ev)
+#if defined(JOBSETS) && !defined(NOJOBSETRECORD)
+                :: REBIND -> ev_r = ev; wuid_r = wuid; pc = RB_LIST;
+                     printf("MSC: r%d reads the Workload from its cache: check Ready, admitted\n", me)
+#endif
                 :: else -> FORGET                                   /* idle */
                 fi }
   :: d_step { pc == LIST ->
-#ifdef CACHEDPODS
-                pods_r = c_npods[me];
-#else
-                pods_r = npods;
+                pods_r = PODS_LISTED;
+#if (PROPS & 8) && !defined(CACHEDPODS)
+                assert(pods_r == 0 || NALIVE > 0);  /* (d) never waits on finished pods alone */
 #endif
                 if
                 :: pods_r > 0 && msg_r != pods_r -> pc = WAIT;
                      printf("MSC: r%d lists %d pods\n", me, pods_r)
                 :: pods_r > 0 && msg_r == pods_r -> FORGET          /* said so already */
                 :: pods_r == 0 -> pc = READ_TJ; printf("MSC: r%d lists no pod\n", me)
-                fi }
+                fi;
+                msg_r = 0 }
+#ifdef JOBSETS
+  /* ...and no pod left, but the cache has no JobSet (it brought the deletion of one and
+   * not yet its successor): wait for Trainer to make it */
+  :: d_step { pc == LIST && PODS_LISTED == 0 && ndel > 0 ->
+                if
+                :: msg_r != NOJSMSG -> pods_r = NOJSMSG; pc = WAIT;
+                     printf("MSC: r%d lists no pod, and finds no JobSet in its cache\n", me)
+                :: else -> FORGET
+                fi;
+                msg_r = 0 }
+#endif
   /* Not fenced, and not confirmed (reconcile() asked whether it leads, long ago). */
   :: d_step { pc == WAIT ->
                 ready = false; msg = pods_r; WL_WRITE;
@@ -212,26 +417,41 @@ proctype Replica(byte me) {
   :: d_step { pc == READ_TJ ->
                 TJ_READ;
                 if
-                :: tok == ev_r + 1 -> pc = CONFIRM2;    /* this admission raised A already */
+                :: TOK_THIS -> TO_APPROVE;       /* this admission raised A already */
                      printf("MSC: r%d reads the TrainJob from its cache: A = %d, raised for this admission\n", me, A)
 #ifdef TOKENEQ
-                :: tok != ev_r + 1 -> pc = CONFIRM1;
+                :: else -> TO_RAISE;
                      printf("MSC: r%d reads the TrainJob from its cache: A = %d, token of another admission\n", me, A)
 #else
-                :: tok < ev_r + 1 -> pc = CONFIRM1;     /* an older admission raised it */
-                     printf("MSC: r%d reads the TrainJob from its cache: A = %d, not raised for this admission\n", me, A)
-                :: tok > ev_r + 1 -> FORGET;            /* a newer one did: our read is old */
+                :: TOK_NEWER -> FORGET;          /* a newer one did: our read is old */
                      printf("MSC: r%d reads the TrainJob from its cache: raised for a newer admission\n", me)
+                :: else -> TO_RAISE;             /* none, an older admission, another Workload */
+                     printf("MSC: r%d reads the TrainJob from its cache: A = %d, not raised for this admission\n", me, A)
 #endif
                 fi }
   /* ...or an older version, which fails the rv precondition of RAISE. Its token is one the
    * TrainJob had: this admission's only if the current one is this admission's or newer
-   * (tokens only rise), else an older admission's (a newer one's would end the decision,
-   * as above). */
-  :: d_step { pc == READ_TJ && tok >= ev_r + 1 -> TJ_OLDER; pc = CONFIRM2;
+   * (tokens of a Workload only rise) or another Workload's, else an older admission's (a
+   * newer one's would end the decision, as above). */
+  :: d_step { pc == READ_TJ && tok != 0 && (tokw != wuid_r || tok >= ev_r + 1) ->
+                TJ_OLDER; TO_APPROVE;
                 printf("MSC: r%d reads an older TrainJob from its cache: raised for this admission\n", me) }
-  :: d_step { pc == READ_TJ -> TJ_OLDER; pc = CONFIRM1;
+  :: d_step { pc == READ_TJ -> TJ_OLDER; TO_RAISE;
                 printf("MSC: r%d reads an older TrainJob from its cache: not raised for this admission\n", me) }
+  /* The JobSet the raise will record (core.execution.approval_annotations), from the
+   * cache. No JobSet: wait for Trainer to make one. */
+#ifdef JOBSETS
+  :: d_step { pc == READ_JS -> js_r = js; pc = CONFIRM1 }
+  :: d_step { pc == READ_JS && js > 0 -> js_r = js - 1; pc = CONFIRM1;
+                printf("MSC: r%d reads an older JobSet %d from its cache\n", me, js_r) }
+#ifdef RECORDNONE
+  :: d_step { pc == READ_JS && ndel > 0 -> js_r = NOJS; pc = CONFIRM1;
+                printf("MSC: r%d finds no JobSet in its cache: the raise will record none\n", me) }
+#else
+  :: d_step { pc == READ_JS && ndel > 0 -> FORGET;
+                printf("MSC: r%d finds no JobSet in its cache: waits\n", me) }
+#endif
+#endif
   :: d_step { pc == CONFIRM1 ->
                 if
                 :: CONFIRMED -> pc = RAISE; printf("MSC: r%d leads, by its own state\n", me)
@@ -241,11 +461,15 @@ proctype Replica(byte me) {
                 if
                 :: TJ_SAME ->
 #if (PROPS & 2)
-                     assert((raised & (1 << (ev_r + 1))) == 0);     /* (b) once a token */
+                     assert(raised[TOKIX(wuid_r, ev_r + 1)] == 0);   /* (b) once a token */
 #endif
-                     raised = raised | (1 << (ev_r + 1));
-                     A++; tok = ev_r + 1; TJ_WRITE; pc = CONFIRM2;
-                     printf("MSC: r%d raises A to %d, token of admission %d\n", me, A, ev_r)
+                     raised[TOKIX(wuid_r, ev_r + 1)] = 1;
+                     A = A + STEP(js_r); tok = ev_r + 1; tokw = wuid_r;
+#ifndef NOJOBSETRECORD
+                     appr = js_r;
+#endif
+                     TJ_WRITE; TO_APPROVE;
+                     printf("MSC: r%d raises A to %d, token of admission %d of Workload %d, JobSet %d\n", me, A, ev_r, wuid_r, js_r)
                 :: else -> FORGET                                   /* 409: judge again */
                 fi }
   :: d_step { pc == CONFIRM2 ->
@@ -266,6 +490,31 @@ proctype Replica(byte me) {
                 fi;
                 FORGET }
 
+#if defined(JOBSETS) && !defined(NOJOBSETRECORD)
+  /* The rebind (Readmission._rebind, core.execution.plan_rebind): the Workload's admission
+   * is the one the token records, and the TrainJob's JobSet is not the approved one. Once
+   * no alive pod of another JobSet is left, raise A and record the JobSet, in one merge
+   * patch fenced by the TrainJob's rv. The pods are listed first (with the decision). */
+  :: d_step { pc == RB_LIST -> pods_r = NALIVE; pjs_r = al_js; pc = RB_READ }
+  :: d_step { pc == RB_READ -> js_r = js; RB_JUDGE }
+#ifdef CACHEDJOBSET
+  :: d_step { pc == RB_READ && js > 0 -> js_r = js - 1; RB_JUDGE;
+                printf("MSC: r%d reads an older JobSet %d from its cache\n", me, js_r) }
+#endif
+  :: d_step { pc == RB_RAISE ->
+                if
+                :: CONFIRMED && TJ_SAME ->
+#if (PROPS & 2)
+                     assert(rebound[TOKIX(tokw, tok) * NJS + js_r] == 0);  /* (b) once a JobSet */
+#endif
+                     rebound[TOKIX(tokw, tok) * NJS + js_r] = 1;
+                     A = A + STEP(js_r); appr = js_r; TJ_WRITE;
+                     printf("MSC: r%d rebinds: A to %d for JobSet %d\n", me, A, js_r)
+                :: else -> skip                                     /* not leading, 409 */
+                fi;
+                FORGET }
+#endif
+
   /* A crash, at any step: the process restarts with its local state lost and the same
    * identity (its pod's name), so it may renew its own lease at once. */
   :: d_step { pc != IDLE || leading[me] -> leading[me] = false; FORGET;
@@ -273,7 +522,7 @@ proctype Replica(byte me) {
   od
 }
 
-/* --- Kueue, Trainer (JobSet, Job), the kubelet, the user, and time ------------------- */
+/* --- Kueue, Trainer, JobSet, Job, the webhook, the kubelet, the user, and time ------- */
 proctype Cluster() {
   do
   /* The user (dispatch_kubeflow.hold): hold = deactivate the Workload; release, at any
@@ -288,8 +537,9 @@ proctype Cluster() {
   :: d_step { !wl_active && quota && !evicted ->
                 evicted = true; admitted = false; ready = false; msg = 0; ev++; WL_WRITE;
                 printf("MSC: Kueue evicts the Workload: check reset to Pending, %d evictions\n", ev) }
-  /* Kueue's job reconciler stops a running job whose Workload is not admitted... */
-  :: d_step { !suspended && !admitted -> suspended = true; TJ_WRITE;
+  /* Kueue's job reconciler stops a running job whose Workload is not admitted (Trainer
+   * suspends the JobSet, and its Jobs: their pods terminate, slowly)... */
+  :: d_step { !suspended && !admitted -> suspended = true; TJ_WRITE; STOP_PODS; HALT; own_token = false;
                 printf("MSC: Kueue suspends the TrainJob: its pods terminate, slowly\n") }
   /* ...and, once the job is stopped, releases the quota (pods may still be terminating:
    * a Job counts them as terminating, not active). Checks are not reset again, and
@@ -300,46 +550,97 @@ proctype Cluster() {
    * and sets Evicted=False */
   :: d_step { wl_active && !quota -> quota = true; evicted = false; WL_WRITE;
                 printf("MSC: Kueue reserves quota\n") }
-  /* Kueue admits an active Workload with quota reserved and every check Ready. (Kueue
-   * evicts a deactivated Workload first, and writes its status with the resourceVersion
-   * it read, so it never admits one whose hold it has not seen. Dropping wl_active here
-   * adds no reachable state.) */
-  :: d_step { wl_active && quota && ready && !admitted && !evicted -> admitted = true; WL_WRITE;
+  /* Kueue admits an active Workload with quota reserved and every check Ready (with no
+   * check listed, at once). (Kueue evicts a deactivated Workload first, and writes its
+   * status with the resourceVersion it read, so it never admits one whose hold it has not
+   * seen. Dropping wl_active here adds no reachable state.) */
+  :: d_step { wl_active && quota && (ready || !checkon) && !admitted && !evicted ->
+                admitted = true; gated = checkon; WL_WRITE;
                 printf("MSC: Kueue admits the Workload\n") }
   /* Kueue's job reconciler starts the job of an admitted Workload: a new execution */
   :: d_step { admitted && suspended ->
-                own_token = (tok == ev + 1);
-                suspended = false; TJ_WRITE; nexec++; ncreated = 0;
+                own_token = (!gated || (tok == ev + 1 && tokw == wuid));
+                suspended = false; TJ_WRITE; NEW_EXEC; ncreated = RESUMED;
                 printf("MSC: Kueue unsuspends the TrainJob: execution %d\n", nexec) }
 
-  /* Trainer/JobSet/Job create a pod of the running job; the identity webhook reads A
-   * fresh from the TrainJob: R = A + J, and J = 0 (JobSet restarts only raise R) */
-  :: d_step { !suspended && ncreated < NPOD ->
-                printf("MSC: a pod of execution %d starts with R = %d (%d pods exist)\n",
-                       nexec, A, npods);
+  /* The Job controller creates a pod of the running job (for a rank that has none and has
+   * not finished); the webhook judges it (PODFENCE), reading the TrainJob and the pods
+   * live, and gives it A from the TrainJob, J from its JobSet restart. */
+  :: d_step { !suspended && ncreated < NPOD && JS_READY && POD_OK ->
+                printf("MSC: a pod of execution %d starts: JobSet %d, A = %d, J = %d, attempt %d, epoch %d (%d pods exist)\n",
+                       nexec, js, A, J, att, EPOCH(att, A, J), NALIVE);
 #if (PROPS & 1)
-                assert(npods == 0 || pexec == nexec);              /* (a) */
+                assert(NALIVE == 0 || al_cur);                         /* (a) */
 #endif
                 if
-                :: ncreated == 0 ->
+                :: rfirst ->
 #if (PROPS & 4)
-                     assert(A > lastR);                            /* (c) R rises */
+                     assert(EPOCH(att, A, J) > EPOCH(r_att, r_A, r_J)); /* (c) epoch rises */
 #endif
 #if (PROPS & 2)
-                     assert(own_token);                            /* (b) raised for it */
+                     assert(own_token);                                /* (b) raised for it */
 #endif
-                     lastR = A
+                     r_js = js; r_A = A; r_J = J; r_att = att; rfirst = false
                 :: else ->
 #if (PROPS & 4)
-                     assert(A == lastR)                            /* (c) one R each */
+                     assert(r_js == js && r_A == A && r_J == J && r_att == att) /* (c) one each */
 #else
                      skip
 #endif
                 fi;
-                npods++; ncreated++; pexec = nexec }
+#if (PROPS & 16)
+                assert(NALIVE == 0 || SAME_ALIVE);                     /* (e) */
+#endif
+                nrun++; ncreated++; al_cur = true;
+                al_js = js; al_A = A; al_J = J; al_att = att }
+#ifdef FINISH
+  /* the kubelet: a terminating pod is gone, after any delay */
+  :: d_step { nterm > 0 -> nterm--; GONE; printf("MSC: a terminating pod is gone (%d alive left)\n", NALIVE) }
+  /* a running rank finishes (Succeeded, or Failed): not alive; its Job keeps the pod */
+  :: d_step { nrun > 0 -> nrun--; nfin++; GONE;
+                printf("MSC: a rank finishes: its pod Succeeded and stays (%d alive left)\n", NALIVE) }
+#else
   /* the kubelet: a pod ends, after any delay: a stopped job's pod may linger, and a
-   * running job's pod may end too (it fails or succeeds; JobSet restarts not modelled) */
-  :: d_step { npods > 0 -> npods--; printf("MSC: a pod is gone (%d left)\n", npods) }
+   * running job's pod may end too (it fails or succeeds, and its rank is not run again
+   * in this execution) */
+  :: d_step { nrun > 0 -> nrun--; GONE; printf("MSC: a pod is gone (%d left)\n", nrun) }
+#endif
+
+#ifdef JOBSETS
+  /* Anyone deletes the JobSet (kubectl delete jobset): its Jobs go, their pods terminate;
+   * Trainer makes it again at once, with a new UID and J = 0, running if the TrainJob is
+   * (Kueue keeps the Workload admitted). A cache may show no JobSet in between. */
+  :: d_step { ndel < MAXRECREATE -> ndel++; STOP_PODS; DROP_FIN; HALT;
+                js++; J = 0; NEW_EXEC;
+                printf("MSC: someone deletes JobSet %d: its pods terminate; Trainer makes JobSet %d: execution %d\n", js - 1, js, nexec) }
+  /* JobSet restarts the running JobSet (a pod failed): J + 1, new Jobs */
+  :: d_step { !suspended && nrst < MAXRESTART -> J++; nrst++; STOP_PODS; DROP_FIN;
+                NEW_EXEC; printf("MSC: JobSet %d restarts: J = %d, execution %d\n", js, J, nexec) }
+#endif
+#ifdef REMAKE
+  /* Kueue re-makes the (active) Workload: a new UID, no quota, not admitted */
+  :: d_step { wl_active && nremake < MAXREMAKE ->
+                nremake++; wuid++; quota = false; evicted = false; admitted = false;
+                ready = false; msg = 0; ev = 0; WL_WRITE;
+                printf("MSC: Kueue re-makes the Workload: Workload %d\n", wuid) }
+#endif
+#ifdef CHECKREMOVAL
+  /* An admin removes dispatch's check from the ClusterQueue: Kueue drops it from the
+   * Workload, and admits without it */
+  :: d_step { checkon -> checkon = false; ready = false; msg = 0; WL_WRITE;
+                printf("MSC: an admin removes dispatch's check from the ClusterQueue\n") }
+#endif
+#if ATTEMPTS > 1
+  /* StopJob deletes the TrainJob with its Workload and JobSet (the pods terminate), and
+   * the service starts the next attempt: a TrainJob of the same name, A = 0 */
+  :: d_step { att < ATTEMPTS ->
+                att++; STOP_PODS; DROP_FIN;
+                suspended = true; A = 0; tok = 0; tokw = 0; appr = NOJS; TJ_WRITE;
+                wuid++; wl_active = true; quota = false; evicted = false; admitted = false;
+                ready = false; msg = 0; ev = 0; WL_WRITE;
+                js++; J = 0; NEW_EXEC;
+                printf("MSC: StopJob, and attempt %d starts: TrainJob, Workload %d, JobSet %d\n", att, wuid, js) }
+#endif
 
   /* Time. A replica's renew deadline passes (it stops leading by its own clock), and,
    * independently, the lease duration passes without a renewal, so another replica may

@@ -118,7 +118,7 @@ def identity(j: JobInfo) -> str:
     o = j.observation
     r = o.admissions + o.restarts
     try:
-        ep = str(epoch(j.submission, r))
+        ep = str(epoch(j.submission, r, j.attempt))
     except ValueError:
         ep = "?"
     return (f"A={o.admissions} J={o.restarts} R={r}  DISPATCH_ATTEMPT={j.job}.{j.submission}."

@@ -106,7 +106,8 @@ class AdmissionPlan:
     """The TrainJob records a newer admission than the Workload we judged: judge again."""
 
 
-def plan_admission(trainjob: Obj, token: str) -> AdmissionPlan:
+def plan_admission(trainjob: Obj, token: str,
+                   also: Mapping[str, str | None] | None = None) -> AdmissionPlan:
     """Raise A by one unless this admission (``token``) or a newer one already raised it.
 
     Tokens of one Workload are ordered by their eviction count: a recorded token with a
@@ -114,6 +115,7 @@ def plan_admission(trainjob: Obj, token: str) -> AdmissionPlan:
     and raising would give one execution a second A (variant TOKENEQ of the model). The
     patch carries the TrainJob's resourceVersion, so it applies only to the TrainJob this
     plan was made from: a racing writer makes it fail with 409, never raise twice.
+    ``also``: annotations written in the same patch (the approval's JobSet, core.execution).
     """
     if not labels_of(trainjob).get(names.JOB_ID_LABEL):
         return AdmissionPlan(False, f"TrainJob has no {names.JOB_ID_LABEL} label: not dispatch's")
@@ -130,4 +132,5 @@ def plan_admission(trainjob: Obj, token: str) -> AdmissionPlan:
             and theirs[1] > ours[1]:
         return AdmissionPlan(True, f"A was raised for a newer admission ({recorded})", False,
                              a, stale=True)
-    return AdmissionPlan(True, "new admission", True, a + 1, raise_patch(trainjob, a + 1, token))
+    return AdmissionPlan(True, "new admission", True, a + 1,
+                         raise_patch(trainjob, a + 1, token, also))

@@ -2,9 +2,15 @@
 
 A is the admission count the admission controller (or, in plain mode, the adapter)
 raises once per admission; J is JobSet's restart count of the running execution. R = A + J
-rises with every new execution of a submission, so ``DISPATCH_EPOCH`` — the submission
-followed by R padded to six digits — orders everything written by one execution below
-everything written by the next.
+rises with every new execution of an attempt. ``DISPATCH_EPOCH`` is the submission followed
+by six digits: the attempt's base, ``(attempt - 1) * 10,000``, plus R. It orders everything
+written by one execution below everything written by the next, across attempts too: a later
+attempt of the submission (a new TrainJob, after StopJob deleted the old one with its A)
+starts above every execution of the attempts before it. The memory that makes this so is the
+attempt number, which the service keeps anyway; no object in the cluster has to outlive the
+job. The price is a bound: at most :data:`ATTEMPT_MAX` attempts of a submission, and R below
+:data:`ATTEMPT_SPAN` within each (past it the webhook refuses the pod rather than reuse an
+epoch). For attempt 1 the epoch is what it always was (1, R = 1 -> 1000001).
 """
 
 from __future__ import annotations
@@ -14,7 +20,11 @@ from dataclasses import dataclass
 from dispatch_kubeflow.core import names
 
 R_DIGITS = 6
-R_MAX = 10**R_DIGITS - 1
+ATTEMPT_SPAN = 10_000
+"""Epochs each attempt owns: R (= A + J) of one attempt stays below this."""
+ATTEMPT_MAX = 10**R_DIGITS // ATTEMPT_SPAN
+"""Attempts of one submission that fit the epoch's six digits (100)."""
+R_MAX = ATTEMPT_SPAN - 1
 
 
 class IdentityError(ValueError):
@@ -42,8 +52,11 @@ class ExecutionIdentity:
         ):
             if value < low:
                 raise IdentityError(f"{field}: must be at least {low}, got {value}")
+        if self.attempt > ATTEMPT_MAX:
+            raise IdentityError(f"attempt: must be at most {ATTEMPT_MAX}, got {self.attempt}")
         if self.r > R_MAX:
-            raise IdentityError(f"A + J: must be at most {R_MAX}, got {self.r}")
+            raise IdentityError(f"A + J: must be at most {R_MAX} within an attempt, "
+                                f"got {self.r}")
 
     @property
     def r(self) -> int:
@@ -57,8 +70,9 @@ class ExecutionIdentity:
 
     @property
     def epoch(self) -> int:
-        """The submission followed by R padded to six digits (1, 1 -> 1000001)."""
-        return epoch(self.submission, self.r)
+        """The submission followed by six digits, the attempt's base plus R (submission 1,
+        attempt 1, R 1 -> 1000001; attempt 2, R 1 -> 1010001)."""
+        return epoch(self.submission, self.r, self.attempt)
 
     def env(self) -> dict[str, str]:
         """The four ``DISPATCH_*`` variables every container of the execution gets."""
@@ -70,13 +84,15 @@ class ExecutionIdentity:
         }
 
 
-def epoch(submission: int, r: int) -> int:
-    """``int(f"{submission}{r:06d}")``, checked."""
+def epoch(submission: int, r: int, attempt: int = 1) -> int:
+    """``int(f"{submission}{(attempt - 1) * ATTEMPT_SPAN + r:06d}")``, checked."""
     if submission < 1:
         raise IdentityError(f"submission: must be at least 1, got {submission}")
+    if not 1 <= attempt <= ATTEMPT_MAX:
+        raise IdentityError(f"attempt: must be between 1 and {ATTEMPT_MAX}, got {attempt}")
     if not 0 <= r <= R_MAX:
-        raise IdentityError(f"R: must be between 0 and {R_MAX}, got {r}")
-    return int(submission * 10**R_DIGITS + r)
+        raise IdentityError(f"R: must be between 0 and {R_MAX} within an attempt, got {r}")
+    return int(submission * 10**R_DIGITS + (attempt - 1) * ATTEMPT_SPAN + r)
 
 
 def parse_count(value: str | None, field: str) -> int:

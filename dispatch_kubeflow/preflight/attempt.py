@@ -1,12 +1,16 @@
 """Proof 5, attempt injection: while the probe exists, a server-side dry-run creates a pod
 labelled as a pod of the probe; the admission controller's webhook must have set
-``DISPATCH_ATTEMPT=<probe job>.1.1.0.0`` and ``DISPATCH_EPOCH=1000000``. Then who may write
-A is proved (:mod:`dispatch_kubeflow.preflight.a_writes`).
+``DISPATCH_ATTEMPT=<probe job>.1.1.0.0`` and ``DISPATCH_EPOCH=1000000``. Then the webhook
+must refuse a real pod of the probe, which the gate never admitted (the pod as the last
+fence, :mod:`dispatch_kubeflow.core.execution`): were it made, it could never run (it asks
+for a node that does not exist), and the proof deletes it at once. Then who may write A is
+proved (:mod:`dispatch_kubeflow.preflight.a_writes`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,6 +81,26 @@ async def _default_service_account(kube: KubeAPI, namespace: str) -> bool:
     return True
 
 
+async def refuses_unadmitted(kube: KubeAPI, settings: Settings, job: JobID,
+                             probe_name: str) -> str | None:
+    """Why the webhook is not the last fence (None: it refused a real pod of the probe)."""
+    try:
+        made = await kube.create(POD, dry_run_pod(settings, job, probe_name), settings.namespace)
+    except errors.KubeForbidden as exc:
+        if names.WEBHOOK_NAME in str(exc):  # which webhook refused: evidence, not a class
+            return None
+        return (f"a pod of probe TrainJob {probe_name} was refused, but not by "
+                f"{names.WEBHOOK_NAME}: {exc}")
+    except errors.KubeError as exc:
+        return f"a pod of probe TrainJob {probe_name} could not be tried: {exc}"
+    name = str((made.get("metadata") or {}).get("name") or "")
+    with contextlib.suppress(errors.KubeNotFound):
+        await kube.delete(POD, name, settings.namespace)
+    return (f"dispatch-admission's webhook let pod {name} of probe TrainJob {probe_name} be "
+            "made although the gate never admitted it (deleted again): the controller is "
+            "older than the pod fence of this library; upgrade it")
+
+
 async def attempt_injection(kube: KubeAPI, settings: Settings, mode: PreflightMode, job: JobID,
                             probe_name: str) -> CapabilityStatus:
     """The admission webhook injects the identity into a pod of the probe, and nobody but
@@ -95,8 +119,12 @@ async def attempt_injection(kube: KubeAPI, settings: Settings, mode: PreflightMo
         return no(problem)
     injected = (f"the admission webhook set {names.ENV_ATTEMPT}={job}.1.1.0.0 and "
                 f"{names.ENV_EPOCH}=1000000 on a dry-run pod of probe TrainJob {probe_name}")
+    fenced = await refuses_unadmitted(kube, settings, job, probe_name)
+    if fenced is not None:
+        return no(fenced)
     writes = await check_a_writes(kube, settings.namespace, probe_name, mode)
     if not writes.ok:
         return writes
-    # Two lines: the first stays the one the seed's tutorial prints.
-    return yes("\n".join((injected, writes.reason)))
+    # The first line stays the one the seed's tutorial prints.
+    return yes("\n".join((injected, writes.reason, "a pod of the probe, never admitted, was "
+                                                    "refused by the webhook")))

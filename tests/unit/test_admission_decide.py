@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from admission.readmission import check_apply, decide, waiting_message
+from admission.readmission import check_apply, decide, no_jobset_message, waiting_message
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admission_token, eviction_count, plan_admission
 
@@ -62,15 +62,17 @@ def workload(*, state: str = "Pending", reserved: bool = True, active: bool | No
     (workload(cq="other"), 0, "skip"),
 ])
 def test_decision_table(wl: dict[str, Any], pods: int, kind: str) -> None:
-    assert decide(wl, check_names=CHECKS, cluster_queues=CQS, pods_left=pods).kind == kind
+    assert decide(wl, check_names=CHECKS, cluster_queues=CQS, pods_left=pods,
+                  jobset_uid="js1").kind == kind
 
 
 def test_wait_says_what_it_waits_for_and_writes_only_on_change() -> None:
-    d = decide(workload(), check_names=CHECKS, cluster_queues=CQS, pods_left=2)
+    d = decide(workload(), check_names=CHECKS, cluster_queues=CQS, pods_left=2,
+               jobset_uid="js1")
     assert d.message == "waiting for 2 pods of the previous execution to go"
     assert d.write
     same = decide(workload(message=waiting_message(2)), check_names=CHECKS,
-                  cluster_queues=CQS, pods_left=2)
+                  cluster_queues=CQS, pods_left=2, jobset_uid="js1")
     assert not same.write
 
 
@@ -144,3 +146,44 @@ def test_check_apply_writes_only_our_entry_and_keeps_transition_time() -> None:
     assert "resourceVersion" not in unfenced["metadata"]
     ready = check_apply(workload(), "dispatch-admission", "Ready", "ok", now)
     assert ready["status"]["admissionChecks"][0]["lastTransitionTime"] == "2026-02-03T04:05:06Z"
+
+
+def test_approval_waits_for_the_jobset_it_names() -> None:
+    # The approval records the JobSet whose pods alone may run (core.execution): with no
+    # JobSet yet there is nothing to name, so the check waits and says why.
+    d = decide(workload(), check_names=CHECKS, cluster_queues=CQS, pods_left=0,
+               jobset_uid=None)
+    assert d.kind == "wait"
+    assert d.message == no_jobset_message("dj-a-s1")
+
+
+def admitted(**kw: Any) -> dict[str, Any]:
+    wl = workload(state="Ready", **kw)
+    wl["status"]["conditions"].append({"type": "Admitted", "status": "True"})
+    return wl
+
+
+def approved_trainjob(jobset: str | None, token: str = "u1/0") -> dict[str, Any]:
+    ann = {names.ADMISSION_COUNT: "1", names.ADMISSION_TOKEN: token}
+    if jobset is not None:
+        ann[names.APPROVED_JOBSET] = jobset
+    return {"metadata": {"name": "dj-a-s1", "annotations": ann,
+                         "labels": {names.JOB_ID_LABEL: "A"}}}
+
+
+@pytest.mark.parametrize(("wl", "tj", "jobset", "kind"), [
+    # The JobSet was re-made under the admitted Workload: a new execution to approve.
+    (admitted(), approved_trainjob("js1"), "js2", "rebind"),
+    (admitted(), approved_trainjob("js1"), "js1", "idle"),  # the approved JobSet runs
+    (admitted(), approved_trainjob("js1"), None, "idle"),  # no JobSet (yet)
+    (admitted(), approved_trainjob(None), "js2", "idle"),  # approved before the record
+    (admitted(), approved_trainjob("js1", token="u1/1"), "js2", "idle"),  # other admission
+    (admitted(evicted=True), approved_trainjob("js1"), "js2", "idle"),  # being evicted
+    (admitted(active=False), approved_trainjob("js1"), "js2", "idle"),  # held
+    (workload(state="Ready"), approved_trainjob("js1"), "js2", "idle"),  # not admitted
+])
+def test_a_jobset_remade_under_an_admitted_workload_is_rebound(
+        wl: dict[str, Any], tj: dict[str, Any], jobset: str | None, kind: str) -> None:
+    d = decide(wl, check_names=CHECKS, cluster_queues=CQS, pods_left=0, jobset_uid=jobset,
+               trainjob=tj)
+    assert d.kind == kind

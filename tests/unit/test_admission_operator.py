@@ -46,9 +46,10 @@ def test_settings_make_kopf_inert(operator: ModuleType) -> None:
     assert not s.persistence.finalizer.startswith("kopf.zalando.org")
     assert isinstance(s.persistence.progress_storage, operator.NoProgressStorage)
     assert isinstance(s.persistence.diffbase_storage, operator.NoDiffBaseStorage)
-    # Server-side selection: only JobSets' pods and dispatch's TrainJobs are sent to us.
+    # Server-side selection: only JobSets' pods and dispatch's TrainJobs and JobSets are sent
+    # to us.
     assert sorted(s.watching.label_selectors.values()) == sorted(
-        [names.JOBSET_NAME_LABEL, names.JOB_ID_LABEL])
+        [names.JOBSET_NAME_LABEL, names.JOB_ID_LABEL, names.JOB_ID_LABEL])
     # A watch is back within seconds of the API server, not kopf's default minutes.
     assert s.networking.connect_timeout is not None
     assert s.networking.connect_timeout <= 5
@@ -85,7 +86,8 @@ def test_registry_has_only_index_event_and_activity_handlers(
     assert {h.id for h in reg._indexing.get_all_handlers()} == set(intake.Caches.INDEXES)
     plurals = {h.selector.plural or h.selector.any_name
                for h in reg._watching.get_all_handlers() if h.selector}
-    assert plurals == {"workloads", "trainjobs", "pods", "admissionchecks", "clusterqueues"}
+    assert plurals == {"workloads", "trainjobs", "pods", "jobsets", "admissionchecks",
+                       "clusterqueues"}
     assert {h.id for h in reg._activities.get_all_handlers()} == {"login", "start", "stop"}
     # The default registry stays empty: several controllers can live in one process.
     assert not list(kopf.get_default_registry()._indexing.get_all_handlers())
@@ -175,6 +177,7 @@ def _caches() -> intake.Caches:
             "workloads_by_job": {("ns", "tj"): ["w", "v"]},
             "trainjobs": {("ns", "tj"): [{"metadata": {"name": "tj", "uid": "u"}}]},
             "pods_by_job": {("ns", "tj"): ["p1", "p2"]},
+            "jobsets": {("ns", "tj"): ["js-old", "js"]},
             "admission_checks": {"c": [ours]},
             "cluster_queues": {"q": [frozenset({"c"})]}})
     return c
@@ -190,6 +193,8 @@ def test_caches_read_kopf_style_indexes() -> None:
     assert c.trainjob("ns", "nope") is None
     assert c.pods_left("ns", "tj") == 2
     assert c.pods_left("ns", "other") == 0
+    assert c.jobset_uid("ns", "tj") == "js"  # the newest JobSet under a reused name
+    assert c.jobset_uid("ns", "other") is None
     assert c.check_names() == frozenset({"c"})
     assert c.cq_checks() == {"q": frozenset({"c"})}
     with pytest.raises(KeyError, match="pods_by_job"):
@@ -201,11 +206,16 @@ def test_caches_missing_compares_with_a_live_list() -> None:
     live = {"workloads": [_wl("w"), _wl("new")],
             "trainjobs": [{"metadata": {"name": "tj", "namespace": "ns"}},
                           {"metadata": {"name": "tk", "namespace": "ns"}}],
-            "pods": [_pod("p1", "tj"), _pod("p3", "tj")],
+            "jobsets": [{"metadata": {"name": "tj", "namespace": "ns", "uid": "js"}},
+                        {"metadata": {"name": "tk", "namespace": "ns", "uid": "jk"}}],
+            # A finished pod is not indexed (it never blocks), so it is never missing.
+            "pods": [_pod("p1", "tj"), _pod("p3", "tj"),
+                     {**_pod("p4", "tj"), "status": {"phase": "Succeeded"}}],
             "admissionchecks": [{"metadata": {"name": "other"}, "spec": {}}],
             "clusterqueues": [{"metadata": {"name": "q"}}, {"metadata": {"name": "r"}}]}
     assert c.missing(live) == {"workloads": {("ns", "new")}, "trainjobs": {("ns", "tk")},
-                               "pods": {("ns", "p3")}, "clusterqueues": {("", "r")}}
+                               "jobsets": {("ns", "tk")}, "pods": {("ns", "p3")},
+                               "clusterqueues": {("", "r")}}
     assert c.missing({}) == {}
 
 

@@ -78,8 +78,9 @@ def test_job_data_and_identity() -> None:
     assert (data["state"], data["podsRunning"], data["ref"]["name"]) == (
         "running", 2, f"dj-{JOB.lower()}-s1")
     assert json.loads(render.dump({"items": [data]}, "json"))["items"][0] == data
+    # Attempt 2: its epochs lie above every one of attempt 1's (core.identity).
     assert render.identity(j) == (f"A=2 J=1 R=3  DISPATCH_ATTEMPT={JOB}.1.2.2.1  "
-                                  "DISPATCH_EPOCH=1000003")
+                                  "DISPATCH_EPOCH=1010003")
 
 
 def test_report_lines() -> None:

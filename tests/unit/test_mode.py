@@ -19,7 +19,13 @@ from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.times import format_time
 from dispatch_kubeflow.kube import Resource
-from dispatch_kubeflow.kube.resources import CLUSTER_TRAINING_RUNTIME, POD, TRAINJOB, WORKLOAD
+from dispatch_kubeflow.kube.resources import (
+    CLUSTER_TRAINING_RUNTIME,
+    JOBSET,
+    POD,
+    TRAINJOB,
+    WORKLOAD,
+)
 from dispatch_kubeflow.kube.transport import WatchEvent
 from dispatch_kubeflow.mode_kueue import KueueMode
 from dispatch_kubeflow.mode_plain import PlainMode
@@ -178,6 +184,8 @@ async def held_trainjob(kube: FakeKube, until: datetime) -> tuple[dict[str, Any]
     tj = await kube.create(TRAINJOB, {"metadata": {"name": "tj", "annotations": {
         names.HOLD_INSTANCE: "1", names.HOLD_UNTIL: format_time(until),
         names.ADMISSION_COUNT: "1"}}, "spec": {"suspend": True}}, NS)
+    # Trainer's JobSet, which a release's approval names.
+    await kube.create(JOBSET, {"metadata": {"name": "tj"}, "spec": {"suspend": True}}, NS)
     return tj, ObjectRef(NS, "tj", "TrainJob", TRAINJOB.api_version, tj["metadata"]["uid"])
 
 

@@ -12,7 +12,7 @@ import pytest
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admissions
-from dispatch_kubeflow.kube.resources import POD, TRAINJOB
+from dispatch_kubeflow.kube.resources import JOBSET, POD, TRAINJOB
 from tests.unit.fake_kube import FakeKube
 
 pytestmark = pytest.mark.virtual_time
@@ -20,15 +20,17 @@ pytestmark = pytest.mark.virtual_time
 NS, NAME = "ns", "dj-x-s1"
 
 
-async def suspended_trainjob(kube: FakeKube, a: int = 0) -> None:
+async def suspended_trainjob(kube: FakeKube, a: int = 0, *, jobset: bool = True) -> None:
     annotations = {names.ADMISSION_COUNT: str(a)} if a else {}
     await kube.create(TRAINJOB, {"metadata": {"name": NAME, "annotations": annotations},
                                  "spec": {"suspend": True}}, NS)
+    if jobset:  # Trainer makes the JobSet with the TrainJob, suspended
+        await kube.create(JOBSET, {"metadata": {"name": NAME}, "spec": {"suspend": True}}, NS)
 
 
-async def old_pod(kube: FakeKube) -> None:
+async def old_pod(kube: FakeKube, phase: str = "Running") -> None:
     await kube.create(POD, {"metadata": {"name": f"{NAME}-node-0-0-x", "labels": {
-        names.JOBSET_NAME_LABEL: NAME}}}, NS)
+        names.JOBSET_NAME_LABEL: NAME}}, "status": {"phase": phase}}, NS)
 
 
 def always(_: Any) -> bool:
@@ -101,3 +103,30 @@ async def test_nothing_is_written_when_the_caller_s_condition_no_longer_holds() 
     assert not await admit_plain(kube, NS, NAME, should_admit=lambda tj: False)
     assert admissions(await trainjob(kube)) == 0
     assert (await trainjob(kube))["spec"]["suspend"] is True
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+async def test_a_finished_pod_does_not_hold_the_admission_back(phase: str) -> None:
+    # Issue 26, case 3, in plain mode: the suspended Job keeps a rank that ended.
+    kube = FakeKube()
+    await suspended_trainjob(kube, a=1)
+    await old_pod(kube, phase)
+    async with asyncio.timeout(5):
+        assert await admit_plain(kube, NS, NAME, should_admit=always)
+    tj = await trainjob(kube)
+    assert tj["metadata"]["annotations"][names.ADMISSION_COUNT] == "2"
+
+
+@pytest.mark.asyncio
+async def test_the_admission_names_the_jobset_and_waits_for_trainer_to_make_it() -> None:
+    kube = FakeKube()
+    await suspended_trainjob(kube, jobset=False)
+    admitting = asyncio.create_task(admit_plain(kube, NS, NAME, should_admit=always))
+    await asyncio.sleep(1.5)
+    assert not admitting.done()  # no JobSet: nothing to name yet
+    js = await kube.create(JOBSET, {"metadata": {"name": NAME}, "spec": {"suspend": True}}, NS)
+    async with asyncio.timeout(5):
+        assert await admitting
+    tj = await trainjob(kube)
+    assert tj["metadata"]["annotations"][names.APPROVED_JOBSET] == js["metadata"]["uid"]

@@ -85,14 +85,23 @@ def test_patch_sets_every_container_and_replaces_existing_values() -> None:
     assert [e["name"] for e in ops[1]["value"]].count("DISPATCH_EPOCH") == 1
 
 
-async def _review(p: dict[str, Any], tj: dict[str, Any] | Exception | None) -> dict[str, Any]:
+async def _review(p: dict[str, Any], tj: dict[str, Any] | Exception | None,
+                  pods: list[dict[str, Any]] | Exception | None = None,
+                  dry_run: bool = True) -> dict[str, Any]:
     async def get(ns: str, name: str) -> dict[str, Any] | None:
         assert (ns, name) == ("ns", "dj-01job-s1")
         if isinstance(tj, Exception):
             raise tj
         return tj
 
-    out = await review({"uid": "u", "namespace": "ns", "object": p, "dryRun": True}, get)
+    async def list_pods(ns: str, name: str) -> list[dict[str, Any]]:
+        assert (ns, name) == ("ns", "dj-01job-s1")
+        if isinstance(pods, Exception):
+            raise pods
+        return pods or []
+
+    out = await review({"uid": "u", "namespace": "ns", "object": p, "dryRun": dry_run}, get,
+                       list_pods)
     assert out["apiVersion"] == "admission.k8s.io/v1"
     assert out["kind"] == "AdmissionReview"
     resp: dict[str, Any] = out["response"]
@@ -139,10 +148,14 @@ def test_configuration_matches_design() -> None:
 
 
 class _FakeKube:
-    """Answers the one GET the webhook makes (unit test only)."""
+    """Answers the GET and the LIST the webhook makes (unit test only)."""
 
     async def get_or_none(self, res: Any, name: str, namespace: str | None = None) -> Any:
         return trainjob("4") if name == "dj-01job-s1" else None
+
+    async def list(self, res: Any, namespace: str | None = None,
+                   **_: Any) -> tuple[list[Any], str]:
+        return [], "1"
 
 
 @pytest.mark.asyncio
@@ -169,3 +182,77 @@ async def test_https_server_answers_admission_reviews() -> None:
     ops = json.loads(base64.b64decode(out["response"]["patch"]))
     env = {e["name"]: e["value"] for e in ops[1]["value"]}
     assert env["DISPATCH_ATTEMPT"] == "01JOB.1.1.4.0"
+
+
+def running(name: str, *, jobset: str = "js1", a: int = 1, j: int = 0,
+            phase: str = "Running", rank: str = "1") -> dict[str, Any]:
+    """A pod that exists, with the identity the webhook gave it (rank 1; the new pods of
+    these tests carry no rank label, which reads as another rank)."""
+    return {"metadata": {"name": name, "labels": {
+                names.JOBSET_NAME_LABEL: "dj-01job-s1", names.JOBSET_UID_LABEL: jobset,
+                names.RESTART_ATTEMPT_LABEL: str(j), names.COMPLETION_INDEX_LABEL: rank}},
+            "spec": {"containers": [{"name": "node", "env": [
+                {"name": "DISPATCH_ATTEMPT", "value": f"01JOB.1.1.{a}.{j}"}]}]},
+            "status": {"phase": phase}}
+
+
+def approved(a: str, jobset: str | None) -> dict[str, Any]:
+    tj = trainjob(a)
+    if jobset is not None:
+        tj["metadata"]["annotations"][names.APPROVED_JOBSET] = jobset
+    return tj
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("new", "tj", "pods", "allowed", "says"), [
+    # The approved execution's pods, beside each other: admitted.
+    (pod(**{names.JOBSET_UID_LABEL: "js1"}), approved("1", "js1"), [running("r1")], True, ""),
+    # A re-made JobSet's pod while the old one lingers in its TERM handler (case 1).
+    (pod(**{names.JOBSET_UID_LABEL: "js2"}), approved("1", "js1"), [running("old")], False,
+     "the gate approved JobSet js1"),
+    # ... and even once approved, while a pod of the old JobSet is alive (the last fence).
+    (pod(**{names.JOBSET_UID_LABEL: "js2"}), approved("2", "js2"), [running("old")], False,
+     "waiting for 1 pods of another execution"),
+    # The old pod finished: nothing to wait for.
+    (pod(**{names.JOBSET_UID_LABEL: "js2"}), approved("2", "js2"),
+     [running("old", phase="Succeeded")], True, ""),
+    # Admitted without the gate (check dropped from the queue, case 6): A unchanged, a pod
+    # of the previous admission is still alive in its TERM handler.
+    (pod(**{names.JOBSET_UID_LABEL: "js1"}), approved("1", "js1"),
+     [running("old", a=0)], False, "another execution"),
+    # A JobSet restart (J + 1) waits for the previous restart's pods too.
+    (pod(**{names.JOBSET_UID_LABEL: "js1", names.RESTART_ATTEMPT_LABEL: "1"}),
+     approved("1", "js1"), [running("j0")], False, "another execution"),
+    # The same rank of the same execution while its pod is still in its TERM handler (a
+    # replacement, or an admission the gate never saw, with the identity unchanged): the
+    # second pod of a rank waits.
+    (pod(**{names.JOBSET_UID_LABEL: "js1", names.COMPLETION_INDEX_LABEL: "1"}),
+     approved("1", "js1"), [running("old")], False, "of the same rank"),
+    # Approved before the record existed (an older controller): the pod rule alone.
+    (pod(**{names.JOBSET_UID_LABEL: "js9"}), approved("1", None), [], True, ""),
+])
+async def test_the_pod_is_the_last_fence(new: dict[str, Any], tj: dict[str, Any],
+                                         pods: list[dict[str, Any]], allowed: bool,
+                                         says: str) -> None:
+    resp = await _review(new, tj, pods, dry_run=False)
+    assert resp["allowed"] is allowed
+    if not allowed:
+        assert says in resp["status"]["message"]
+        assert "01JOB" in resp["status"]["message"]  # names the job
+
+
+@pytest.mark.asyncio
+async def test_a_job_never_admitted_gets_no_pod_but_a_dry_run_passes() -> None:
+    real = await _review(pod(**{names.JOBSET_UID_LABEL: "js1"}), trainjob(), dry_run=False)
+    assert not real["allowed"]
+    assert "never admitted" in real["status"]["message"]
+    dry = await _review(pod(**{names.JOBSET_UID_LABEL: "js1"}), trainjob(), dry_run=True)
+    assert dry["allowed"]  # the preflight's probe: nothing is made
+
+
+@pytest.mark.asyncio
+async def test_the_job_s_pods_unreadable_means_refused() -> None:
+    resp = await _review(pod(), trainjob("1"), errors.KubeError("boom", status=500),
+                         dry_run=False)
+    assert not resp["allowed"]
+    assert "cannot list the pods" in resp["status"]["message"]

@@ -60,8 +60,11 @@ def trainjob() -> Obj:
     return {"metadata": {"name": TJ, "labels": {names.JOB_ID_LABEL: "A"}}, "spec": {}}
 
 
-def old_pod(i: int) -> Obj:
-    return {"metadata": {"name": f"{TJ}-node-0-{i}", "labels": {names.JOBSET_NAME_LABEL: TJ}}}
+def old_pod(i: int, *, phase: str = "Running", jobset: str = "js1") -> Obj:
+    return {"metadata": {"name": f"{TJ}-node-0-{i}",
+                         "labels": {names.JOBSET_NAME_LABEL: TJ,
+                                    names.JOBSET_UID_LABEL: jobset}},
+            "status": {"phase": phase}}
 
 
 class Index(Mapping[tuple[str, str], list[Obj]]):
@@ -134,7 +137,7 @@ class World:
         self.k.before = hook
 
 
-async def world(seed: int, *, pods: int = 0) -> World:
+async def world(seed: int, *, pods: int = 0, jobset: str = "js1") -> World:
     k = FakeKube(seed)
     tj = await k.create(TRAINJOB, trainjob(), NS)
     await k.create(WORKLOAD, workload(tj["metadata"]["uid"]), NS)
@@ -147,12 +150,13 @@ async def world(seed: int, *, pods: int = 0) -> World:
     caches = Caches()
     indexes = {"workloads": Index(k, WORKLOAD), "trainjobs": Index(k, TRAINJOB)}
     caches.bind({**indexes, "workloads_by_job": {}, "pods_by_job": {},
+                 "jobsets": {(NS, TJ): [jobset]},
                  "admission_checks": {CHECK: [{"metadata": {"name": CHECK}}]},
                  "cluster_queues": {"cq": [frozenset({CHECK})]}})
-    feeds = {p: Feed(p) for p in ("workloads", "trainjobs", "pods", "admissionchecks",
-                                  "clusterqueues")}
+    feeds = {p: Feed(p) for p in ("workloads", "trainjobs", "pods", "jobsets",
+                                  "admissionchecks", "clusterqueues")}
     r = Readmission(k, elector, caches, workloads=feeds["workloads"],
-                    trainjobs=feeds["trainjobs"], pods=feeds["pods"],
+                    trainjobs=feeds["trainjobs"], pods=feeds["pods"], jobsets=feeds["jobsets"],
                     admission_checks=feeds["admissionchecks"],
                     cluster_queues=feeds["clusterqueues"], metrics=Metrics(),
                     events=EventRecorder(k, instance="test"))
@@ -476,3 +480,70 @@ async def test_only_what_decisions_read_of_queues_and_checks_requeues_every_work
     assert await queued() == 0
     acs.notify("MODIFIED", ac("someone.else/controller", "True"))
     assert await queued() == 1
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+async def test_a_finished_rank_never_holds_readmission_back(phase: str) -> None:
+    # Issue 26, case 3: a rank that ended before a hold stays (its suspended Job keeps it);
+    # counting it, the check waited for it forever with the quota reserved.
+    w = await world(0)
+    await w.k.create(POD, old_pod(0, phase=phase), NS)
+    await w.k.create(POD, old_pod(1, phase="Running"), NS)
+    await w.act()
+    assert w.check()["message"] == waiting_message(1)
+    await w.k.delete(POD, old_pod(1)["metadata"]["name"], NS)
+    await w.act()
+    assert w.check()["state"] == READY
+    assert w.annotations()[names.ADMISSION_COUNT] == "1"
+
+
+async def test_the_approval_names_the_jobset_it_lets_run() -> None:
+    w = await world(0, jobset="js-7")
+    await w.act()
+    assert w.annotations()[names.APPROVED_JOBSET] == "js-7"
+
+
+async def admitted_world(jobset: str) -> World:
+    """A job approved as JobSet js1 (A = 1), admitted, whose index now has ``jobset``."""
+    w = await world(0, jobset=jobset)
+    wl = w.k.objects[(WORKLOAD.plural, NS, WL)]
+    uid = wl["metadata"]["uid"]
+    wl["status"]["admissionChecks"][0]["state"] = READY
+    wl["status"]["conditions"].append({"type": "Admitted", "status": "True"})
+    tj = w.k.objects[(TRAINJOB.plural, NS, TJ)]
+    tj["metadata"]["annotations"] = {names.ADMISSION_COUNT: "1",
+                                     names.ADMISSION_TOKEN: f"{uid}/0",
+                                     names.APPROVED_JOBSET: "js1"}
+    return w
+
+
+async def test_a_remade_jobset_is_approved_with_a_higher_a_once_the_old_pods_are_gone(
+) -> None:
+    # Issue 26, case 1: the JobSet of a running job deleted, Trainer re-made it (js2) under
+    # the Workload Kueue still holds admitted. Its pods wait (the webhook refuses them)
+    # until the old execution's pods are gone; then A rises once, naming js2.
+    w = await admitted_world("js2")
+    await w.k.create(POD, old_pod(0, jobset="js1"), NS)  # lingering in its TERM handler
+    await w.act()
+    assert w.annotations()[names.ADMISSION_COUNT] == "1"
+    assert w.annotations()[names.APPROVED_JOBSET] == "js1"
+    await w.k.delete(POD, old_pod(0)["metadata"]["name"], NS)
+    await w.act()
+    assert w.annotations()[names.ADMISSION_COUNT] == "2"
+    assert w.annotations()[names.APPROVED_JOBSET] == "js2"
+    assert w.check()["state"] == READY  # the Workload's admission is untouched
+    assert w.decisions("rebound") == 1
+    assert len(w.events("AdmissionCountRaised")) == 1
+    await w.act()  # approved now: A rises no more
+    assert w.annotations()[names.ADMISSION_COUNT] == "2"
+    assert w.decisions("rebound") == 1
+
+
+async def test_the_rebind_is_fenced_by_the_trainjobs_version() -> None:
+    w = await admitted_world("js2")
+    # Another replica rebinds first: our patch carries the version we planned from.
+    w.when("patch", TRAINJOB, lambda: w.k.objects[(TRAINJOB.plural, NS, TJ)]["metadata"]
+           .__setitem__("resourceVersion", "999999"))
+    await w.act()
+    assert w.annotations()[names.ADMISSION_COUNT] == "1"
+    assert w.decisions("stale") == 1

@@ -106,6 +106,14 @@ ROWS: list[tuple[str, Any, Any, list[Any], ObjectState, str, int]] = [
      ObjectState.HOLDING, "held by human:tutorial: the tutorial's hold; waiting for 1 pods", 1),
     ("5 held", trainjob(suspend=True), workload(active=False, ann=HOLD), [],
      ObjectState.HELD, "held by human:tutorial: the tutorial's hold", 1),
+    # A rank that finished before the hold stays (its suspended Job keeps it): held, not
+    # holding forever (issue 26, case 3).
+    ("5 held with a finished rank", trainjob(suspend=True), workload(active=False, ann=HOLD),
+     [pod(phase="Succeeded", index="1")], ObjectState.HELD,
+     "held by human:tutorial: the tutorial's hold", 1),
+    ("5 holding beside a finished rank", trainjob(suspend=True),
+     workload(active=False, ann=HOLD), [pod(), pod(phase="Failed", index="1")],
+     ObjectState.HOLDING, "waiting for 1 pods", 1),
     ("5 held while gated", trainjob(gate=names.GATE), workload(active=False, ann=HOLD), [],
      ObjectState.HELD, "held by", 1),
     ("6 deactivated by someone else", trainjob(suspend=True),
@@ -146,6 +154,8 @@ ROWS: list[tuple[str, Any, Any, list[Any], ObjectState, str, int]] = [
      None, [], ObjectState.HELD, "held by human:tutorial", 1),
     ("5 plain holding", trainjob(kueue=False, suspend=True, ann=HOLD), None, [pod()],
      ObjectState.HOLDING, "waiting for 1 pods", 1),
+    ("5 plain held with a finished rank", trainjob(kueue=False, suspend=True, ann=HOLD), None,
+     [pod(phase="Succeeded")], ObjectState.HELD, "held by human:tutorial", 1),
     ("6 plain suspended by someone else",
      trainjob(kueue=False, suspend=True, ann={names.ADMISSION_COUNT: "1"}), None, [],
      ObjectState.HELD, "TrainJob suspended, not by dispatch", 0),

@@ -1,0 +1,202 @@
+"""What makes a pod part of an approved execution: the last fence, at the pod.
+
+An *execution* of a job is one run of its pods: the pods of one JobSet (its UID), one
+admission count A and one JobSet restart count J. The readmission gate decides when a new
+execution may begin (no pod of the previous one alive, then A rises); but pods are also made
+on paths that never pass the gate — Trainer re-making a deleted JobSet under a Workload Kueue
+still holds admitted, Kueue admitting once a ClusterQueue no longer lists the check, a user
+unsuspending a TrainJob. So the pod webhook judges every dispatch pod at its creation by the
+rule here, which both the controller and the library read:
+
+* a pod is **alive** unless its phase is ``Succeeded`` or ``Failed``: a terminating pod (in
+  its TERM handler) is alive, a finished rank is not, and never blocks anything;
+* the gate's approval names the JobSet the execution runs as: the raise of A records the
+  JobSet's UID on the TrainJob (``dispatch.phpboyscout.uk/approved-jobset``), in the same
+  fenced patch (:func:`approval_annotations`);
+* a pod is admitted only when its JobSet is the approved one (a JobSet re-made since is a
+  new execution, which the controller approves by raising A for it, :func:`plan_rebind`),
+  no alive pod of the job belongs to another execution, and no alive pod of the job has the
+  same rank (:func:`judge_pod`). The last rule is the checker's own (two pods of a job may
+  overlap only as different ranks of one execution): it refuses the second pod of a rank
+  whatever identity both would carry — a replacement made while the pod it replaces is still
+  in its TERM handler, or a pod of an admission the gate never saw (a user unsuspending a
+  held TrainJob, a ClusterQueue that stopped listing the check) beside the old one.
+
+Pure: no I/O. The webhook (``admission.pod_identity``) reads the TrainJob and the job's pods
+live for each pod it judges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.identity import IdentityError, parse_count
+from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
+
+Obj = Mapping[str, Any]
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def is_alive(pod: Obj) -> bool:
+    """Whether the pod may still run: any phase but Succeeded and Failed (a pod being
+    deleted is alive until it is gone or has finished)."""
+    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
+
+
+def alive(pods: Iterable[Obj]) -> list[Obj]:
+    """The pods of ``pods`` that are alive (:func:`is_alive`)."""
+    return [p for p in pods if is_alive(p)]
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """Which execution a pod belongs to. ``admissions`` is None when the pod carries no
+    identity of ours (not admitted by the webhook: only such a pod lacks it)."""
+
+    jobset_uid: str
+    admissions: int | None
+    restarts: int
+
+    def describe(self) -> str:
+        a = "?" if self.admissions is None else str(self.admissions)
+        return f"JobSet {self.jobset_uid or '?'} A={a} J={self.restarts}"
+
+
+def _env_value(pod: Obj, name: str) -> str | None:
+    spec = pod.get("spec") or {}
+    for field in ("containers", "initContainers"):
+        for c in spec.get(field) or []:
+            for e in c.get("env") or []:
+                if e.get("name") == name:
+                    value = e.get("value")
+                    return str(value) if value is not None else None
+    return None
+
+
+def execution_of(pod: Obj) -> Execution:
+    """The execution a pod that exists belongs to: its JobSet UID and J from JobSet's labels,
+    A from the ``DISPATCH_ATTEMPT`` the webhook gave it."""
+    labels = labels_of(pod)
+    try:
+        j = parse_count(labels.get(names.RESTART_ATTEMPT_LABEL), names.RESTART_ATTEMPT_LABEL)
+    except IdentityError:
+        j = -1  # unreadable: never equal to a readable J, so it counts as another execution
+    a: int | None = None
+    attempt = _env_value(pod, names.ENV_ATTEMPT)
+    if attempt:
+        parts = attempt.rsplit(".", 4)
+        if len(parts) == 5 and parts[3].isdigit():
+            a = int(parts[3])
+    return Execution(str(labels.get(names.JOBSET_UID_LABEL) or ""), a, j)
+
+
+def approved_jobset(trainjob: Obj | None) -> str:
+    """The UID of the JobSet the gate approved the current execution as ("" when none is
+    recorded: never approved, or approved by a controller older than this rule)."""
+    return str(annotations_of(trainjob).get(names.APPROVED_JOBSET) or "")
+
+
+def approval_annotations(jobset_uid: str) -> dict[str, str | None]:
+    """The annotations the raise of A writes beside A and the token."""
+    return {names.APPROVED_JOBSET: jobset_uid}
+
+
+@dataclass(frozen=True, slots=True)
+class PodVerdict:
+    """The webhook's judgement of one pod: admitted, or refused with a message for people."""
+
+    allowed: bool
+    reason: str = ""
+    waiting_for: tuple[str, ...] = ()
+    """Names of the alive pods of another execution (when refused for them)."""
+
+
+def judge_pod(pod: Obj, trainjob: Obj, admissions: int, pods: Sequence[Obj], *,
+              dry_run: bool = False) -> PodVerdict:
+    """Whether ``pod`` (being created, for ``trainjob`` whose A is ``admissions``) is part of
+    the execution the gate approved, with ``pods`` the job's pods that exist now.
+
+    Refused: a pod of a job the gate never approved (A = 0; a dry-run, which creates nothing,
+    is judged as the preflight's probe and passes); a pod of a JobSet other than the approved
+    one; a pod while an alive pod of another execution of the job is still there.
+    """
+    labels = labels_of(pod)
+    tj_name = str(meta(trainjob).get("name") or "")
+    job = f"job {labels.get(names.JOB_ID_LABEL)} (TrainJob {tj_name})"
+    jobset = str(labels.get(names.JOBSET_UID_LABEL) or "")
+    approved = approved_jobset(trainjob)
+    if admissions == 0 and not dry_run:
+        return PodVerdict(False, f"{job} was never admitted through dispatch's gate "
+                                 "(admission count A = 0): no pod of it may run yet")
+    if approved and jobset != approved:
+        return PodVerdict(False, f"{job}: the gate approved JobSet {approved}, this pod is of "
+                                 f"JobSet {jobset or '(none)'}; waiting for dispatch-admission "
+                                 "to approve the new JobSet once the old one's pods are gone")
+    mine = Execution(jobset, admissions, _restarts(labels))
+    rank = rank_of(pod)
+    others = [p for p in alive(pods) if execution_of(p) != mine or rank_of(p) == rank]
+    if others:
+        names_ = tuple(sorted(str(meta(p).get("name") or "") for p in others))
+        shown = ", ".join(names_[:3]) + (", ..." if len(names_) > 3 else "")
+        first = execution_of(others[0]).describe()
+        return PodVerdict(False, f"{job}: waiting for {len(others)} pods of another execution "
+                                 f"or of the same rank to go ({shown}; {first}) before this "
+                                 f"pod of {mine.describe()} may run: two pods of a job run at "
+                                 "once only as different ranks of one execution", names_)
+    return PodVerdict(True)
+
+
+def rank_of(pod: Obj) -> tuple[str, str, str]:
+    """Which rank a pod runs: its replicated job, Job index and completion index (JobSet's
+    and the Job controller's labels; annotations where a label is missing)."""
+    labels, ann = labels_of(pod), annotations_of(pod)
+
+    def read(key: str) -> str:
+        return str(labels.get(key) or ann.get(key) or "")
+
+    return (read(names.REPLICATED_JOB_LABEL), read(names.JOB_INDEX_LABEL),
+            read(names.COMPLETION_INDEX_LABEL))
+
+
+def _restarts(labels: Mapping[str, str]) -> int:
+    try:
+        return parse_count(labels.get(names.RESTART_ATTEMPT_LABEL), names.RESTART_ATTEMPT_LABEL)
+    except IdentityError:
+        return -1
+
+
+@dataclass(frozen=True, slots=True)
+class RebindPlan:
+    """A new execution of an admitted job as a JobSet re-made under it: raise A and record
+    the new JobSet, once no alive pod of another execution is left."""
+
+    needed: bool
+    reason: str = ""
+    patch: dict[str, Any] | None = None
+    count: int = 0
+
+
+def plan_rebind(trainjob: Obj, admissions: int, jobset_uid: str,
+                others_alive: int) -> RebindPlan:
+    """Whether the TrainJob's current JobSet (``jobset_uid``) is not the one the gate approved,
+    and the merge patch that approves it: A + 1 and the new JobSet's UID, on this version of
+    the TrainJob only (its resourceVersion: a concurrent writer makes it fail with 409, so
+    two replicas never raise A twice for one JobSet). The token is left as it is: the
+    Workload's admission has not changed."""
+    approved = approved_jobset(trainjob)
+    if not jobset_uid or not approved or approved == jobset_uid:
+        return RebindPlan(False, "the approved JobSet is the current one")
+    if others_alive:
+        return RebindPlan(False, f"JobSet {jobset_uid} replaces the approved {approved}; "
+                                 f"waiting for {others_alive} pods of the previous execution "
+                                 "to go")
+    count = admissions + 1
+    patch = {"metadata": {"resourceVersion": meta(trainjob).get("resourceVersion"),
+                          "annotations": {names.ADMISSION_COUNT: str(count),
+                                          **approval_annotations(jobset_uid)}}}
+    return RebindPlan(True, f"JobSet {jobset_uid} replaces the approved {approved}", patch,
+                      count)

@@ -1,0 +1,220 @@
+"""The promise on paths that make a pod without passing the readmission gate (issue 26).
+
+Each test is a path seen on the real cluster to break "never two executions at once, every
+execution a strictly higher identity" before the pod became the last fence
+(dispatch_kubeflow.core.execution): a JobSet deleted under a running job, a later attempt
+after StopJob, a rank that finished before a hold, a ClusterQueue that stops listing the
+check. Pods are judged from a watch of the job's pods, in the order the API server reports
+them, not from samples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from dispatch_kubeflow import Backend, JobID, ObjectRef, ObjectState, StartRequest
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.execution import is_alive
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import resources as r
+from tests.cluster.helpers import eventually, pods_of
+from tests.cluster.test_adapter_kueue import (  # noqa: F401  (fixtures)
+    backend,
+    deadline,
+    hold_meta,
+    queued,
+    rank_zero_log,
+    spec,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
+
+LINGER = 20
+"""Seconds an old pod spends in its TERM handler (a checkpoint on TERM)."""
+LINGERING = ("env | grep '^DISPATCH_' | sort; echo ready; "
+             f"trap 'sleep {LINGER}; exit 143' TERM; while :; do sleep 1; done")
+RANK_ONE_ENDS = ("env | grep '^DISPATCH_' | sort; echo ready; "
+                 'if [ "$JOB_COMPLETION_INDEX" = 1 ]; then exit 0; fi; '
+                 "trap 'exit 143' TERM; while :; do sleep 1; done")
+
+
+def attempt_of(pod: dict[str, Any]) -> str:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for e in c.get("env") or []:
+            if e.get("name") == names.ENV_ATTEMPT:
+                return str(e.get("value"))
+    return ""
+
+
+@dataclass
+class PodLog:
+    """What a watch of the job's pods reported, in order: (type, pod) pairs."""
+
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def overlaps(self) -> list[str]:
+        """Pairs of pods alive at once that are not different ranks of one execution (the
+        checker's rule): same rank, or another JobSet, A or J."""
+        alive: dict[str, dict[str, Any]] = {}
+        bad: list[str] = []
+        for typ, pod in self.events:
+            name = pod["metadata"]["name"]
+            if typ == "DELETED" or not is_alive(pod):
+                alive.pop(name, None)
+                continue
+            if (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            alive[name] = pod
+            me = _who(pod)
+            for other_name, other in alive.items():
+                if other_name != name and (_who(other)[:2] != me[:2] or _who(other)[2] == me[2]):
+                    bad.append(f"{name} {me} beside {other_name} {_who(other)}")
+        return bad
+
+
+def _who(pod: dict[str, Any]) -> tuple[str, str, str]:
+    labels = pod["metadata"].get("labels") or {}
+    return (str(labels.get(names.JOBSET_UID_LABEL)), attempt_of(pod),
+            str(labels.get(names.COMPLETION_INDEX_LABEL)))
+
+
+@contextlib.asynccontextmanager
+async def watching(kube: Kube, ref: ObjectRef) -> AsyncIterator[PodLog]:
+    log = PodLog()
+
+    async def pump() -> None:
+        stream = kube.observe(r.POD, ref.namespace,
+                              label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+        async for ev in stream:
+            if ev.type == "SYNC":
+                log.events += [("ADDED", o) for o in ev.items]
+            else:
+                log.events.append((ev.type, ev.object))
+
+    task = asyncio.create_task(pump())
+    try:
+        yield log
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def running(b: Backend, command: str, attempt: int = 1,
+                  job: JobID | None = None) -> tuple[JobID, ObjectRef]:
+    job = job or JobID.new()
+    ref = await b.start(StartRequest(job, 1, attempt, spec(2, command)))
+    await b.open(ref)
+    await b.wait(ref, ObjectState.RUNNING, deadline=deadline())
+    return job, ref
+
+
+async def running_pods(kube: Kube, ref: ObjectRef, n: int) -> list[dict[str, Any]] | None:
+    pods = [p for p in await pods_of(kube, ref.namespace, ref.name)
+            if (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")]
+    return pods if len(pods) >= n else None
+
+
+async def test_a_deleted_jobset_is_a_new_execution_after_the_old_pods(
+        backend: Backend, kube: Kube, queued: str) -> None:  # noqa: F811
+    """Case 1: `kubectl delete jobset` under a running job. Trainer re-makes the JobSet at
+    once under the Workload Kueue still holds admitted; its pods must wait for the old ones
+    (in a 20 s TERM handler), and run with A raised."""
+    job, ref = await running(backend, LINGERING)
+    old = await eventually(lambda: running_pods(kube, ref, 2), 120, "2 pods running")
+    old_uid = old[0]["metadata"]["labels"][names.JOBSET_UID_LABEL]
+    assert {attempt_of(p) for p in old} == {f"{job}.1.1.1.0"}
+    async with watching(kube, ref) as log:
+        await kube.delete(r.JOBSET, ref.name, queued)  # background, as kubectl does
+
+        async def new_running() -> list[dict[str, Any]] | None:
+            pods = await running_pods(kube, ref, 2)
+            if pods and all(p["metadata"]["labels"][names.JOBSET_UID_LABEL] != old_uid
+                            for p in pods):
+                return pods
+            return None
+
+        new = await eventually(new_running, LINGER + 150, "the re-made JobSet's pods running")
+    assert log.overlaps() == []
+    assert {attempt_of(p) for p in new} == {f"{job}.1.1.2.0"}, "A must rise for the new JobSet"
+    tj = await kube.get(r.TRAINJOB, ref.name, queued)
+    assert tj["metadata"]["annotations"][names.APPROVED_JOBSET] == \
+        new[0]["metadata"]["labels"][names.JOBSET_UID_LABEL]
+    assert not (await backend.stop_job(job, "done")).alive
+
+
+async def test_a_later_attempt_runs_above_every_execution_of_the_earlier_one(
+        backend: Backend, kube: Kube, queued: str) -> None:  # noqa: F811
+    """Case 2: attempt 1 held and released (epoch 1000002), stopped; attempt 2 of the same
+    job and submission is a new TrainJob whose A starts again, and must still run higher."""
+    job, ref = await running(backend, LINGERING.replace(str(LINGER), "1"))
+    await backend.hold(ref, hold_meta(1))
+    await backend.wait(ref, ObjectState.HELD, deadline=deadline())
+    await backend.release(ref, hold_meta(1))
+    await backend.wait(ref, ObjectState.RUNNING, deadline=deadline())
+    first = await rank_zero_log(backend, job, f"{names.ENV_EPOCH}=1000002")
+    assert f"{job}.1.1.2.0" in first
+    assert not (await backend.stop_job(job, "attempt 1 is over")).alive
+    _, ref2 = await running(backend, SCRIPT_READY, attempt=2, job=job)
+    second = await rank_zero_log(backend, job, f"{names.ENV_EPOCH}=1010001")
+    assert f"{job}.1.2.1.0" in second
+    assert ref2.name == ref.name  # the same TrainJob name: only the attempt tells them apart
+    assert not (await backend.stop_job(job, "done")).alive
+
+
+SCRIPT_READY = ("env | grep '^DISPATCH_' | sort; echo ready; trap 'exit 143' TERM; "
+                "while :; do sleep 1; done")
+
+
+async def test_a_rank_that_finished_before_a_hold_never_blocks(
+        backend: Backend, kube: Kube, queued: str) -> None:  # noqa: F811
+    """Case 3: rank 1 exits 0 while rank 0 runs on; then Hold. The suspended Indexed Job
+    keeps rank 1's Succeeded pod: the job must still be held, and released run again."""
+    job, ref = await running(backend, RANK_ONE_ENDS)
+
+    async def rank_one_done() -> bool:
+        return any((p.get("status") or {}).get("phase") == "Succeeded"
+                   for p in await pods_of(kube, queued, ref.name))
+
+    await eventually(rank_one_done, 120, "rank 1 Succeeded")
+    await backend.hold(ref, hold_meta(1))
+    held = await backend.wait(ref, ObjectState.HELD, deadline=deadline(120))
+    assert held.hold_instance == 1
+    await backend.release(ref, hold_meta(1))
+    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(60))
+    assert obs.admissions == 2
+    # Every pod of the new execution carries its new identity; the finished rank is not
+    # run again (its Job keeps the completed index), and keeps the old one.
+    pods = await eventually(lambda: running_pods(kube, ref, 1), 60, "rank 0 running again")
+    assert {attempt_of(p) for p in pods} == {f"{job}.1.1.2.0"}
+    assert not (await backend.stop_job(job, "done")).alive
+
+
+async def test_a_queue_that_drops_the_check_runs_no_pod_beside_the_old_one(
+        backend: Backend, kube: Kube, queued: str) -> None:  # noqa: F811
+    """Case 6: an admin removes the check from the ClusterQueue while a held job's old pods
+    are in their TERM handler, then the job is released: Kueue admits at once, without the
+    gate. No pod of the job may run beside the old ones."""
+    job, ref = await running(backend, LINGERING)
+    await eventually(lambda: running_pods(kube, ref, 2), 120, "2 pods running")
+    async with watching(kube, ref) as log:
+        await backend.hold(ref, hold_meta(1))
+        await eventually(lambda: _terminating(kube, ref), 60, "the old pods terminating")
+        await kube.patch(r.CLUSTER_QUEUE, queued,
+                         {"spec": {"admissionChecksStrategy": None}}, kind="merge")
+        await backend.release(ref, hold_meta(1))
+        await asyncio.sleep(LINGER + 10)  # the old pods' whole TERM handler, and then some
+    assert log.overlaps() == []
+    assert not (await backend.stop_job(job, "done")).alive
+
+
+async def _terminating(kube: Kube, ref: ObjectRef) -> bool:
+    pods = await pods_of(kube, ref.namespace, ref.name)
+    return bool(pods) and all(p["metadata"].get("deletionTimestamp") for p in pods)
