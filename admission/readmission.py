@@ -57,6 +57,7 @@ from dispatch_kubeflow.core.execution import (
     approval_annotations,
     approved_jobset,
     is_alive,
+    jobset_uid_of,
     plan_rebind,
 )
 from dispatch_kubeflow.core.objects import annotations_of, condition, is_true, labels_of
@@ -135,9 +136,9 @@ class Decision:
 def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str, frozenset[str]],
            pods_left: int, jobset_uid: str | None, trainjob: Obj | None = None) -> Decision:
     """Judge a Workload. ``cluster_queues`` maps a ClusterQueue to the checks it lists;
-    ``pods_left`` counts the job's alive pods; ``jobset_uid`` is the UID of the TrainJob's
-    JobSet (None: there is none); ``trainjob`` (as indexed) is read only to notice a JobSet
-    re-made under an admitted Workload."""
+    ``pods_left`` counts the job's alive pods; ``jobset_uid`` (the UID of the TrainJob's
+    JobSet as indexed, None when none is) and ``trainjob`` (as indexed) are read only to
+    notice a JobSet re-made under an admitted Workload."""
     entry = check_entry(wl, check_names)
     if entry is None:
         return Decision("ignore", "no check of ours on it")
@@ -173,10 +174,6 @@ def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str,
     if pods_left > 0:
         msg = waiting_message(pods_left)
         return Decision("wait", msg, check=check, trainjob=tj, pods=pods_left, message=msg,
-                        write=entry.get("message") != msg)
-    if not jobset_uid:
-        msg = no_jobset_message(tj)
-        return Decision("wait", msg, check=check, trainjob=tj, message=msg,
                         write=entry.get("message") != msg)
     return Decision("approve", "no pod of the previous execution is left", check=check,
                     trainjob=tj)
@@ -543,8 +540,20 @@ class Readmission:
             return
         token = admission_token(wl)
         # The approval names the JobSet it lets run (core.execution): its pods alone pass
-        # the webhook. From the index: a stale UID only makes the rebind raise A once more.
-        jobset_uid = self.caches.jobset_uid(ns, tj_name) or ""
+        # the webhook. From the index (a stale UID only makes the rebind raise A once more),
+        # else read live; none yet (Trainer makes it with the TrainJob): wait for it.
+        jobset_uid = self.caches.jobset_uid(ns, tj_name) or await self._jobset_uid(ns, tj_name)
+        if not jobset_uid:
+            msg = no_jobset_message(tj_name)
+            wait = Decision("wait", msg, check=d.check, trainjob=tj_name, message=msg,
+                            write=(check_entry(wl, frozenset({d.check})) or {}).get("message")
+                            != msg)
+            if wait.write:
+                try:
+                    await self._write_wait(wl, wait)
+                except (errors.KubeNotFound, errors.KubeConflict):
+                    self._stale(key, "the wait message")
+            return
         plan = plan_admission(tj, token, approval_annotations(jobset_uid))
         if not plan.ok:
             self._skip(key, f"TrainJob {tj_name}: {plan.reason}")
@@ -615,6 +624,10 @@ class Readmission:
                 self._later("AdmissionCountRaised", self._record_admission(
                     tj, plan.count, token, d.check if ready else None))
 
+    async def _jobset_uid(self, ns: str, name: str) -> str:
+        js = await self.kube.get_or_none(JOBSET, name, ns)
+        return str(((js or {}).get("metadata") or {}).get("uid") or "")
+
     async def _rebind(self, key: Key, wl: Obj, tj_name: str, pods: list[Obj],
                       live: bool) -> None:
         """Approve a JobSet re-made under an admitted Workload as a new execution: once no
@@ -623,13 +636,11 @@ class Readmission:
         ns, name = key
         jobset_uid = self.caches.jobset_uid(ns, tj_name)
         if live or not jobset_uid:
-            js = await self.kube.get_or_none(JOBSET, tj_name, ns)
-            jobset_uid = str((js or {}).get("metadata", {}).get("uid") or "")
+            jobset_uid = await self._jobset_uid(ns, tj_name)
         tj = await self._trainjob(wl, ns, tj_name, live)
         if tj is None or not jobset_uid:
             return
-        others = sum(1 for p in alive(pods)
-                     if labels_of(p).get(names.JOBSET_UID_LABEL) != jobset_uid)
+        others = sum(1 for p in alive(pods) if jobset_uid_of(p) != jobset_uid)
         plan = plan_rebind(tj, admissions_of(tj), jobset_uid, others)
         ctx = {"workload": f"{ns}/{name}", "trainjob": tj_name, "jobset_uid": jobset_uid}
         if not plan.needed or plan.patch is None:

@@ -507,7 +507,7 @@ proctype Replica(byte me) {
 #if (PROPS & 2)
                      assert(rebound[TOKIX(tokw, tok) * NJS + js_r] == 0);  /* (b) once a JobSet */
 #endif
-                     rebound[TOKIX(tokw, tok) * NJS + js_r] = 1;
+                     skip;
                      A = A + STEP(js_r); appr = js_r; TJ_WRITE;
                      printf("MSC: r%d rebinds: A to %d for JobSet %d\n", me, A, js_r)
                 :: else -> skip                                     /* not leading, 409 */

@@ -91,7 +91,13 @@ def execution_of(pod: Obj) -> Execution:
         parts = attempt.rsplit(".", 4)
         if len(parts) == 5 and parts[3].isdigit():
             a = int(parts[3])
-    return Execution(str(labels.get(names.JOBSET_UID_LABEL) or ""), a, j)
+    return Execution(jobset_uid_of(pod), a, j)
+
+
+def jobset_uid_of(pod: Obj) -> str:
+    """The UID of the JobSet that made the pod (JobSet's label, or its annotation)."""
+    return str(labels_of(pod).get(names.JOBSET_UID_LABEL)
+               or annotations_of(pod).get(names.JOBSET_UID_LABEL) or "")
 
 
 def approved_jobset(trainjob: Obj | None) -> str:
@@ -127,7 +133,7 @@ def judge_pod(pod: Obj, trainjob: Obj, admissions: int, pods: Sequence[Obj], *,
     labels = labels_of(pod)
     tj_name = str(meta(trainjob).get("name") or "")
     job = f"job {labels.get(names.JOB_ID_LABEL)} (TrainJob {tj_name})"
-    jobset = str(labels.get(names.JOBSET_UID_LABEL) or "")
+    jobset = jobset_uid_of(pod)
     approved = approved_jobset(trainjob)
     if admissions == 0 and not dry_run:
         return PodVerdict(False, f"{job} was never admitted through dispatch's gate "

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from admission.readmission import check_apply, decide, no_jobset_message, waiting_message
+from admission.readmission import check_apply, decide, waiting_message
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admission_token, eviction_count, plan_admission
 
@@ -146,15 +146,6 @@ def test_check_apply_writes_only_our_entry_and_keeps_transition_time() -> None:
     assert "resourceVersion" not in unfenced["metadata"]
     ready = check_apply(workload(), "dispatch-admission", "Ready", "ok", now)
     assert ready["status"]["admissionChecks"][0]["lastTransitionTime"] == "2026-02-03T04:05:06Z"
-
-
-def test_approval_waits_for_the_jobset_it_names() -> None:
-    # The approval records the JobSet whose pods alone may run (core.execution): with no
-    # JobSet yet there is nothing to name, so the check waits and says why.
-    d = decide(workload(), check_names=CHECKS, cluster_queues=CQS, pods_left=0,
-               jobset_uid=None)
-    assert d.kind == "wait"
-    assert d.message == no_jobset_message("dj-a-s1")
 
 
 def admitted(**kw: Any) -> dict[str, Any]:

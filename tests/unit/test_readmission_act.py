@@ -25,11 +25,20 @@ from admission.readmission import (
     PENDING,
     READY,
     Readmission,
+    no_jobset_message,
     ready_message,
     waiting_message,
 )
 from dispatch_kubeflow.core import errors, names
-from dispatch_kubeflow.kube.resources import EVENT, LEASE, POD, TRAINJOB, WORKLOAD, Resource
+from dispatch_kubeflow.kube.resources import (
+    EVENT,
+    JOBSET,
+    LEASE,
+    POD,
+    TRAINJOB,
+    WORKLOAD,
+    Resource,
+)
 from tests.unit.fake_kube import FakeKube, clone
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.virtual_time]
@@ -150,7 +159,7 @@ async def world(seed: int, *, pods: int = 0, jobset: str = "js1") -> World:
     caches = Caches()
     indexes = {"workloads": Index(k, WORKLOAD), "trainjobs": Index(k, TRAINJOB)}
     caches.bind({**indexes, "workloads_by_job": {}, "pods_by_job": {},
-                 "jobsets": {(NS, TJ): [jobset]},
+                 "jobsets": {(NS, TJ): [jobset]} if jobset else {},
                  "admission_checks": {CHECK: [{"metadata": {"name": CHECK}}]},
                  "cluster_queues": {"cq": [frozenset({CHECK})]}})
     feeds = {p: Feed(p) for p in ("workloads", "trainjobs", "pods", "jobsets",
@@ -547,3 +556,18 @@ async def test_the_rebind_is_fenced_by_the_trainjobs_version() -> None:
     await w.act()
     assert w.annotations()[names.ADMISSION_COUNT] == "1"
     assert w.decisions("stale") == 1
+
+
+async def test_with_no_jobset_yet_the_check_waits_for_it() -> None:
+    # The approval records the JobSet whose pods alone may run (core.execution): with none
+    # indexed it is read live; with none at all there is nothing to name, so the check waits
+    # and says why, and nothing is raised.
+    w = await world(0, jobset="")
+    await w.act()
+    assert w.check()["state"] == PENDING
+    assert w.check()["message"] == no_jobset_message(TJ)
+    assert names.ADMISSION_COUNT not in w.annotations()
+    js = await w.k.create(JOBSET, {"metadata": {"name": TJ}}, NS)  # Trainer made it
+    await w.act()
+    assert w.check()["state"] == READY
+    assert w.annotations()[names.APPROVED_JOBSET] == js["metadata"]["uid"]
