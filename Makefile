@@ -5,7 +5,7 @@ KUBECONFIG_LOCAL ?= /tmp/$(CLUSTER).kubeconfig
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test venv lint unit verify cluster-up cluster-down docs bench chaos clean
+.PHONY: demo test venv lint unit verify cluster-up cluster-down docs bench chaos clean paths
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,7 +26,13 @@ demo: venv
 test: venv lint unit
 	$(PY) -m pytest tests/verify
 	$(PY) -m pytest -m machine tests/cluster
-	$(PY) -m pytest -m 'not machine' tests/cluster
+	$(PY) -m pytest -m 'not machine and not paths' tests/cluster
+
+## paths: the paths that make a pod without the readmission gate (a deleted JobSet, a later
+## attempt, a finished rank, a queue that drops the check) against $$KUBECONFIG or the local
+## cluster; each starts real jobs whose old pods linger 20 s in their TERM handler.
+paths: venv
+	$(PY) -m pytest -m paths tests/cluster
 
 lint: venv
 	$(VENV)/bin/ruff check dispatch_kubeflow admission tests bench examples docs verify chaos deploy/local/*.py

@@ -10,9 +10,10 @@ otherwise it refuses the pod with a message naming the job and what it waits for
 Job controller tries the create again later. An admitted pod gets A from the TrainJob, J from
 its ``restart-attempt`` label, and ``DISPATCH_JOB_ID``, ``DISPATCH_SUBMISSION``,
 ``DISPATCH_ATTEMPT`` and ``DISPATCH_EPOCH`` on every container and init container, replacing
-existing values. Anything it cannot read denies the pod (fail closed). Dry-run requests are
-handled the same way, except that a job never admitted passes (nothing is made): that is how
-the adapter's preflight proves the injection.
+existing values. Anything it cannot read denies the pod (fail closed). A dry-run request
+makes nothing, so it is not fenced: it gets the identity a pod would get, which is how the
+adapter's preflight proves the injection (and a real pod of its never-admitted probe, which
+must be refused, how it proves the fence).
 
 The MutatingWebhookConfiguration (design.md) is written here too when the controller manages
 it (``--webhook-url`` for a host process, ``--webhook-service`` in a cluster).

@@ -126,16 +126,19 @@ def judge_pod(pod: Obj, trainjob: Obj, admissions: int, pods: Sequence[Obj], *,
     """Whether ``pod`` (being created, for ``trainjob`` whose A is ``admissions``) is part of
     the execution the gate approved, with ``pods`` the job's pods that exist now.
 
-    Refused: a pod of a job the gate never approved (A = 0; a dry-run, which creates nothing,
-    is judged as the preflight's probe and passes); a pod of a JobSet other than the approved
-    one; a pod while an alive pod of another execution of the job is still there.
+    Refused: a pod of a job the gate never approved (A = 0); a pod of a JobSet other than
+    the approved one; a pod while an alive pod of another execution of the job, or of the
+    same rank, is still there. A dry-run creates nothing, so there is nothing to fence: it
+    passes, and shows the identity a pod would get (the preflight's injection proof).
     """
+    if dry_run:
+        return PodVerdict(True)
     labels = labels_of(pod)
     tj_name = str(meta(trainjob).get("name") or "")
     job = f"job {labels.get(names.JOB_ID_LABEL)} (TrainJob {tj_name})"
     jobset = jobset_uid_of(pod)
     approved = approved_jobset(trainjob)
-    if admissions == 0 and not dry_run:
+    if admissions == 0:
         return PodVerdict(False, f"{job} was never admitted through dispatch's gate "
                                  "(admission count A = 0): no pod of it may run yet")
     if approved and jobset != approved:

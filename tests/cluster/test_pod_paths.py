@@ -33,7 +33,8 @@ from tests.cluster.test_adapter_kueue import (  # noqa: F401  (fixtures)
     spec,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
+# Not in `make test` until they have passed on the local cluster: `make paths` runs them.
+pytestmark = [pytest.mark.cluster, pytest.mark.paths, pytest.mark.asyncio]
 
 LINGER = 20
 """Seconds an old pod spends in its TERM handler (a checkpoint on TERM)."""
