@@ -107,7 +107,9 @@
 #if (defined(JOBSETS) || ATTEMPTS > 1 || defined(REMAKE) || defined(CHECKREMOVAL)) && !defined(NOPODFENCE)
 #define PODFENCE
 #endif
+#ifndef NPOD
 #define NPOD 2            /* pods per execution: a two-node TrainJob */
+#endif
 #define NONE 2            /* no replica */
 #define NOJS 15           /* no JobSet UID */
 #define SPAN 16           /* epochs per attempt (10,000 in the code); A + J stays below */
@@ -507,7 +509,7 @@ proctype Replica(byte me) {
 #if (PROPS & 2)
                      assert(rebound[TOKIX(tokw, tok) * NJS + js_r] == 0);  /* (b) once a JobSet */
 #endif
-                     skip;
+                     rebound[TOKIX(tokw, tok) * NJS + js_r] = 1;
                      A = A + STEP(js_r); appr = js_r; TJ_WRITE;
                      printf("MSC: r%d rebinds: A to %d for JobSet %d\n", me, A, js_r)
                 :: else -> skip                                     /* not leading, 409 */
