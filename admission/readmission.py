@@ -100,10 +100,6 @@ def ready_message(a: int) -> str:
     return f"no pod of the previous execution is left; admission count A = {a}"
 
 
-def no_jobset_message(trainjob: str) -> str:
-    return f"waiting for Trainer to make JobSet {trainjob}, which the approval names"
-
-
 # --- judging the objects (pure) --------------------------------------------------------
 def check_entry(wl: Obj, check_names: frozenset[str]) -> Obj | None:
     for c in (wl.get("status") or {}).get("admissionChecks") or []:
@@ -541,19 +537,13 @@ class Readmission:
         token = admission_token(wl)
         # The approval names the JobSet it lets run (core.execution): its pods alone pass
         # the webhook. From the index (a stale UID only makes the rebind raise A once more),
-        # else read live; none yet (Trainer makes it with the TrainJob): wait for it.
+        # else read live. With none yet, the approval names none: the webhook then judges
+        # the pods by the other rules alone (never by waiting here for a JobSet that Trainer
+        # might make only once the TrainJob runs).
         jobset_uid = self.caches.jobset_uid(ns, tj_name) or await self._jobset_uid(ns, tj_name)
         if not jobset_uid:
-            msg = no_jobset_message(tj_name)
-            wait = Decision("wait", msg, check=d.check, trainjob=tj_name, message=msg,
-                            write=(check_entry(wl, frozenset({d.check})) or {}).get("message")
-                            != msg)
-            if wait.write:
-                try:
-                    await self._write_wait(wl, wait)
-                except (errors.KubeNotFound, errors.KubeConflict):
-                    self._stale(key, "the wait message")
-            return
+            log.warning("workload %s/%s: no JobSet %s yet; the approval names none", ns, name,
+                        tj_name, extra={"workload": f"{ns}/{name}", "trainjob": tj_name})
         plan = plan_admission(tj, token, approval_annotations(jobset_uid))
         if not plan.ok:
             self._skip(key, f"TrainJob {tj_name}: {plan.reason}")

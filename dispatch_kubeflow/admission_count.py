@@ -19,7 +19,6 @@ so two callers never raise A twice for one admission.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,19 +31,13 @@ from dispatch_kubeflow.kube.resources import JOBSET, POD, TRAINJOB
 from dispatch_kubeflow.state import suspended
 from dispatch_kubeflow.waits import wait_for
 
-JOBSET_POLL = 0.5
-"""Seconds between looks for the JobSet while Trainer has not made it yet."""
 
-
-async def _jobset(kube: KubeAPI, namespace: str, name: str) -> Mapping[str, Any]:
-    """The TrainJob's JobSet, which the approval names. Trainer makes it with the TrainJob
-    (suspended), so it is nearly always there; listed (a verb every mode needs already),
-    and looked for again while it is not, within the caller's deadline."""
-    while True:
-        found, _ = await kube.list(JOBSET, namespace, field_selector=f"metadata.name={name}")
-        if found:
-            return found[0]
-        await asyncio.sleep(JOBSET_POLL)
+async def _jobset(kube: KubeAPI, namespace: str, name: str) -> Mapping[str, Any] | None:
+    """The TrainJob's JobSet, which the approval names (None: none yet, and the approval
+    names none; the webhook then judges the pods by its other rules). Listed: a verb every
+    mode needs already."""
+    found, _ = await kube.list(JOBSET, namespace, field_selector=f"metadata.name={name}")
+    return found[0] if found else None
 
 
 async def admit_plain(

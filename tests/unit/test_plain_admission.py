@@ -119,14 +119,16 @@ async def test_a_finished_pod_does_not_hold_the_admission_back(phase: str) -> No
 
 
 @pytest.mark.asyncio
-async def test_the_admission_names_the_jobset_and_waits_for_trainer_to_make_it() -> None:
+async def test_the_admission_names_the_jobset_or_none_when_there_is_none() -> None:
     kube = FakeKube()
-    await suspended_trainjob(kube, jobset=False)
-    admitting = asyncio.create_task(admit_plain(kube, NS, NAME, should_admit=always))
-    await asyncio.sleep(1.5)
-    assert not admitting.done()  # no JobSet: nothing to name yet
-    js = await kube.create(JOBSET, {"metadata": {"name": NAME}, "spec": {"suspend": True}}, NS)
+    await suspended_trainjob(kube)
     async with asyncio.timeout(5):
-        assert await admitting
+        assert await admit_plain(kube, NS, NAME, should_admit=always)
+    js = await kube.get(JOBSET, NAME, NS)
     tj = await trainjob(kube)
     assert tj["metadata"]["annotations"][names.APPROVED_JOBSET] == js["metadata"]["uid"]
+    other = FakeKube()
+    await suspended_trainjob(other, jobset=False)
+    async with asyncio.timeout(5):
+        assert await admit_plain(other, NS, NAME, should_admit=always)
+    assert not (await trainjob(other))["metadata"]["annotations"][names.APPROVED_JOBSET]

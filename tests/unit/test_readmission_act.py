@@ -25,7 +25,6 @@ from admission.readmission import (
     PENDING,
     READY,
     Readmission,
-    no_jobset_message,
     ready_message,
     waiting_message,
 )
@@ -558,16 +557,20 @@ async def test_the_rebind_is_fenced_by_the_trainjobs_version() -> None:
     assert w.decisions("stale") == 1
 
 
-async def test_with_no_jobset_yet_the_check_waits_for_it() -> None:
+async def test_with_no_jobset_yet_the_approval_names_none() -> None:
     # The approval records the JobSet whose pods alone may run (core.execution): with none
-    # indexed it is read live; with none at all there is nothing to name, so the check waits
-    # and says why, and nothing is raised.
+    # indexed it is read live; with none at all the approval names none (it never waits
+    # for a JobSet Trainer might make only once the TrainJob runs), and the webhook judges
+    # the pods by its other rules.
     w = await world(0, jobset="")
     await w.act()
-    assert w.check()["state"] == PENDING
-    assert w.check()["message"] == no_jobset_message(TJ)
-    assert names.ADMISSION_COUNT not in w.annotations()
-    js = await w.k.create(JOBSET, {"metadata": {"name": TJ}}, NS)  # Trainer made it
-    await w.act()
     assert w.check()["state"] == READY
+    assert w.annotations()[names.ADMISSION_COUNT] == "1"
+    assert not w.annotations().get(names.APPROVED_JOBSET)
+
+
+async def test_a_jobset_the_index_lacks_is_read_live() -> None:
+    w = await world(0, jobset="")
+    js = await w.k.create(JOBSET, {"metadata": {"name": TJ}}, NS)
+    await w.act()
     assert w.annotations()[names.APPROVED_JOBSET] == js["metadata"]["uid"]
