@@ -59,6 +59,7 @@ from dispatch_kubeflow.core.execution import (
     is_alive,
     jobset_uid_of,
     plan_rebind,
+    raise_step,
 )
 from dispatch_kubeflow.core.objects import annotations_of, condition, is_true, labels_of
 from dispatch_kubeflow.core.times import format_time, parse_time
@@ -98,6 +99,10 @@ def waiting_message(n: int) -> str:
 
 def ready_message(a: int) -> str:
     return f"no pod of the previous execution is left; admission count A = {a}"
+
+
+def no_jobset_message(trainjob: str) -> str:
+    return f"waiting for Trainer to make JobSet {trainjob}, which the approval names"
 
 
 # --- judging the objects (pure) --------------------------------------------------------
@@ -493,7 +498,12 @@ class Readmission:
         tj = None if live else self.caches.trainjob(ns, name)
         if tj is not None and owner_uid(wl) not in ("", (tj.get("metadata") or {}).get("uid")):
             tj = None
-        return tj if tj is not None else await self.kube.get_or_none(TRAINJOB, name, ns)
+        if tj is None:
+            tj = await self.kube.get_or_none(TRAINJOB, name, ns)
+        if tj is not None and owner_uid(wl) not in ("", (tj.get("metadata") or {}).get("uid")):
+            # A later attempt's TrainJob of the same name: not the one this Workload is of.
+            return None
+        return tj
 
     async def _act(self, key: Key, tj_name: str) -> None:
         """Judge again with a live list of the job's pods, then write: the check's wait
@@ -536,15 +546,30 @@ class Readmission:
             return
         token = admission_token(wl)
         # The approval names the JobSet it lets run (core.execution): its pods alone pass
-        # the webhook. From the index (a stale UID only makes the rebind raise A once more),
-        # else read live. With none yet, the approval names none: the webhook then judges
-        # the pods by the other rules alone (never by waiting here for a JobSet that Trainer
-        # might make only once the TrainJob runs).
-        jobset_uid = self.caches.jobset_uid(ns, tj_name) or await self._jobset_uid(ns, tj_name)
+        # the webhook. From the index, else read live; read live too when it is not the one
+        # approved before (a re-made JobSet: A then rises past its old restarts, raise_step).
+        # None yet: wait. Trainer applies the JobSet with the TrainJob, suspended or not
+        # (Trainer v2.3.0 reconcileObjects), so the wait is short; recording none instead
+        # would let the webhook skip the JobSet rule (the model's variant RECORDNONE).
+        jobset_uid = self.caches.jobset_uid(ns, tj_name) or ""
+        jobset: Obj | None = None
+        approved = approved_jobset(tj)
+        if not jobset_uid or (approved and approved != jobset_uid):
+            jobset = await self.kube.get_or_none(JOBSET, tj_name, ns)
+            jobset_uid = str(((jobset or {}).get("metadata") or {}).get("uid") or "")
         if not jobset_uid:
-            log.warning("workload %s/%s: no JobSet %s yet; the approval names none", ns, name,
-                        tj_name, extra={"workload": f"{ns}/{name}", "trainjob": tj_name})
-        plan = plan_admission(tj, token, approval_annotations(jobset_uid))
+            msg = no_jobset_message(tj_name)
+            if (check_entry(wl, frozenset({d.check})) or {}).get("message") != msg:
+                try:
+                    await self._write_wait(wl, Decision("wait", msg, check=d.check,
+                                                        trainjob=tj_name, message=msg))
+                except errors.KubeNotFound:
+                    return
+                except errors.KubeConflict:
+                    self._stale(key, "the wait message")
+            return
+        plan = plan_admission(tj, token, approval_annotations(jobset_uid),
+                              raise_step(tj, jobset_uid, jobset))
         if not plan.ok:
             self._skip(key, f"TrainJob {tj_name}: {plan.reason}")
             return
@@ -560,6 +585,8 @@ class Readmission:
                 # most of the time. It is not what makes them safe; the precondition is.
                 if not self.elector.is_leader():
                     log.info("workload %s/%s: not the leader any more; not raising A", ns, name)
+                    return
+                if not await self._workload_still(wl):
                     return
                 try:
                     # Fenced: plan.patch carries the resourceVersion of the TrainJob it was
@@ -614,9 +641,22 @@ class Readmission:
                 self._later("AdmissionCountRaised", self._record_admission(
                     tj, plan.count, token, d.check if ready else None))
 
-    async def _jobset_uid(self, ns: str, name: str) -> str:
-        js = await self.kube.get_or_none(JOBSET, name, ns)
-        return str(((js or {}).get("metadata") or {}).get("uid") or "")
+    async def _workload_still(self, wl: Obj) -> bool:
+        """Whether the Workload judged is still there, the same object (UID) and not being
+        deleted, read live after the TrainJob and right before A is raised for it. The raise
+        is fenced by the TrainJob's version only: without this, a decision about a Workload
+        deleted and re-made (by anyone, or by Kueue) meanwhile, or about the previous
+        attempt's TrainJob, raises A on a TrainJob the admission was never about (the
+        model's variants NOWLCONFIRM)."""
+        ns, name = key_of(wl)
+        live = await self.kube.get_or_none(WORKLOAD, name, ns)
+        meta_ = (live or {}).get("metadata") or {}
+        if live is None or meta_.get("uid") != (wl.get("metadata") or {}).get("uid") \
+                or meta_.get("deletionTimestamp"):
+            log.info("workload %s/%s: gone, re-made or being deleted since it was judged; "
+                     "raising nothing", ns, name, extra={"workload": f"{ns}/{name}"})
+            return False
+        return True
 
     async def _rebind(self, key: Key, wl: Obj, tj_name: str, pods: list[Obj],
                       live: bool) -> None:
@@ -624,19 +664,20 @@ class Readmission:
         alive pod of another JobSet is left, raise A and record the new JobSet. Until then
         the webhook refuses the new JobSet's pods (core.execution.judge_pod)."""
         ns, name = key
-        jobset_uid = self.caches.jobset_uid(ns, tj_name)
-        if live or not jobset_uid:
-            jobset_uid = await self._jobset_uid(ns, tj_name)
+        # Live: two replicas rebinding from lagging indexes would each take the other's
+        # JobSet for the new one, and raise A at every turn (the model's CACHEDJOBSET).
+        jobset = await self.kube.get_or_none(JOBSET, tj_name, ns)
+        jobset_uid = str(((jobset or {}).get("metadata") or {}).get("uid") or "")
         tj = await self._trainjob(wl, ns, tj_name, live)
-        if tj is None or not jobset_uid:
+        if tj is None or jobset is None or not jobset_uid:
             return
         others = sum(1 for p in alive(pods) if jobset_uid_of(p) != jobset_uid)
-        plan = plan_rebind(tj, admissions_of(tj), jobset_uid, others)
+        plan = plan_rebind(tj, admissions_of(tj), jobset, others)
         ctx = {"workload": f"{ns}/{name}", "trainjob": tj_name, "jobset_uid": jobset_uid}
         if not plan.needed or plan.patch is None:
             log.info("workload %s/%s: %s", ns, name, plan.reason, extra=ctx)
             return
-        if not self.elector.is_leader():
+        if not self.elector.is_leader() or not await self._workload_still(wl):
             return
         try:
             # Fenced: the patch carries the resourceVersion of the TrainJob it was planned

@@ -19,25 +19,34 @@ so two callers never raise A twice for one admission.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.admission_count import plain_admission_patch
-from dispatch_kubeflow.core.execution import alive, approval_annotations
+from dispatch_kubeflow.core.execution import alive, approval_annotations, raise_step
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import JOBSET, POD, TRAINJOB
 from dispatch_kubeflow.state import suspended
 from dispatch_kubeflow.waits import wait_for
 
+JOBSET_POLL = 0.5
+"""Seconds between looks for the JobSet while Trainer has not made it yet."""
 
-async def _jobset(kube: KubeAPI, namespace: str, name: str) -> Mapping[str, Any] | None:
-    """The TrainJob's JobSet, which the approval names (None: none yet, and the approval
-    names none; the webhook then judges the pods by its other rules). Listed: a verb every
-    mode needs already."""
-    found, _ = await kube.list(JOBSET, namespace, field_selector=f"metadata.name={name}")
-    return found[0] if found else None
+
+async def _jobset(kube: KubeAPI, namespace: str, name: str) -> Mapping[str, Any]:
+    """The TrainJob's JobSet, which the approval names. Trainer applies it with the
+    TrainJob, suspended or not (v2.3.0 reconcileObjects), so it is nearly always there;
+    listed (a verb every mode needs already), and looked for again while it is not, within
+    the caller's deadline. Approving without one would let the webhook skip its JobSet rule
+    (the model's variant RECORDNONE)."""
+    while True:
+        found, _ = await kube.list(JOBSET, namespace, field_selector=f"metadata.name={name}")
+        if found:
+            return found[0]
+        await asyncio.sleep(JOBSET_POLL)
 
 
 async def admit_plain(
@@ -70,10 +79,10 @@ async def admit_plain(
         if not suspended(trainjob) or not should_admit(trainjob):
             return False
         try:
-            approval = {**(annotations or {}),
-                        **approval_annotations(str(meta(jobset).get("uid") or ""))}
-            await kube.patch(TRAINJOB, name, plain_admission_patch(trainjob, approval),
-                             namespace)
+            uid = str(meta(jobset).get("uid") or "")
+            approval = {**(annotations or {}), **approval_annotations(uid)}
+            await kube.patch(TRAINJOB, name, plain_admission_patch(
+                trainjob, approval, raise_step(trainjob, uid, jobset)), namespace)
             return True
         except errors.KubeConflict:
             continue

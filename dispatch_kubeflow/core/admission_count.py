@@ -69,10 +69,11 @@ def plain_unsuspends(trainjob: Obj) -> int:
 
 
 def plain_admission_patch(trainjob: Obj,
-                          annotations: Mapping[str, str | None] | None = None) -> dict[str, Any]:
-    """The merge patch that admits the suspended TrainJob once more: A + 1, token
+                          annotations: Mapping[str, str | None] | None = None,
+                          step: int = 1) -> dict[str, Any]:
+    """The merge patch that admits the suspended TrainJob once more: A + ``step``, token
     ``plain/<n + 1>``, any other annotation changes, and ``spec.suspend=false``."""
-    patch = raise_patch(trainjob, admissions(trainjob) + 1,
+    patch = raise_patch(trainjob, admissions(trainjob) + step,
                         f"{PLAIN_TOKEN_PREFIX}{plain_unsuspends(trainjob) + 1}", annotations)
     patch["spec"] = {"suspend": False}
     return patch
@@ -107,7 +108,7 @@ class AdmissionPlan:
 
 
 def plan_admission(trainjob: Obj, token: str,
-                   also: Mapping[str, str | None] | None = None) -> AdmissionPlan:
+                   also: Mapping[str, str | None] | None = None, step: int = 1) -> AdmissionPlan:
     """Raise A by one unless this admission (``token``) or a newer one already raised it.
 
     Tokens of one Workload are ordered by their eviction count: a recorded token with a
@@ -115,7 +116,9 @@ def plan_admission(trainjob: Obj, token: str,
     and raising would give one execution a second A (variant TOKENEQ of the model). The
     patch carries the TrainJob's resourceVersion, so it applies only to the TrainJob this
     plan was made from: a racing writer makes it fail with 409, never raise twice.
-    ``also``: annotations written in the same patch (the approval's JobSet, core.execution).
+    ``also``: annotations written in the same patch (the approval's JobSet, core.execution);
+    ``step``: by how much A rises (more than one when the JobSet was re-made, see
+    :func:`dispatch_kubeflow.core.execution.raise_step`).
     """
     if not labels_of(trainjob).get(names.JOB_ID_LABEL):
         return AdmissionPlan(False, f"TrainJob has no {names.JOB_ID_LABEL} label: not dispatch's")
@@ -132,5 +135,5 @@ def plan_admission(trainjob: Obj, token: str,
             and theirs[1] > ours[1]:
         return AdmissionPlan(True, f"A was raised for a newer admission ({recorded})", False,
                              a, stale=True)
-    return AdmissionPlan(True, "new admission", True, a + 1,
-                         raise_patch(trainjob, a + 1, token, also))
+    return AdmissionPlan(True, "new admission", True, a + step,
+                         raise_patch(trainjob, a + step, token, also))

@@ -178,6 +178,31 @@ def _restarts(labels: Mapping[str, str]) -> int:
         return -1
 
 
+def max_restarts(jobset: Obj | None) -> int:
+    """The most restarts JobSet makes of this JobSet (``failurePolicy.maxRestarts``; 0
+    without a failure policy): the highest J any of its pods can carry."""
+    policy = ((jobset or {}).get("spec") or {}).get("failurePolicy") or {}
+    try:
+        return max(0, int(policy.get("maxRestarts") or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def raise_step(trainjob: Obj, jobset_uid: str, jobset: Obj | None) -> int:
+    """By how much A rises when the gate approves an execution as ``jobset_uid``.
+
+    One, while the JobSet is the one approved before (its J goes on counting, so R = A + J
+    rises). A JobSet re-made since starts again at J = 0: raising A by one would give its
+    first execution (A + 1, J = 0) the epoch an execution of the old JobSet already had
+    after a restart (A, J = 1) — found by the model (verify/, variant ``rebindbyone``). So A
+    rises past every J the old JobSet could have reached: by 1 + its maxRestarts, the same
+    runtime's as the new one's (``jobset``, read live)."""
+    approved = approved_jobset(trainjob)
+    if not approved or approved == jobset_uid:
+        return 1
+    return 1 + max_restarts(jobset)
+
+
 @dataclass(frozen=True, slots=True)
 class RebindPlan:
     """A new execution of an admitted job as a JobSet re-made under it: raise A and record
@@ -189,21 +214,22 @@ class RebindPlan:
     count: int = 0
 
 
-def plan_rebind(trainjob: Obj, admissions: int, jobset_uid: str,
-                others_alive: int) -> RebindPlan:
-    """Whether the TrainJob's current JobSet (``jobset_uid``) is not the one the gate approved,
-    and the merge patch that approves it: A + 1 and the new JobSet's UID, on this version of
+def plan_rebind(trainjob: Obj, admissions: int, jobset: Obj, others_alive: int) -> RebindPlan:
+    """Whether the TrainJob's current JobSet (``jobset``, read live) is not the one the gate
+    approved, and the merge patch that approves it: A raised past every identity of the old
+    JobSet (:func:`raise_step`) and the new JobSet's UID, on this version of
     the TrainJob only (its resourceVersion: a concurrent writer makes it fail with 409, so
     two replicas never raise A twice for one JobSet). The token is left as it is: the
     Workload's admission has not changed."""
     approved = approved_jobset(trainjob)
+    jobset_uid = str(meta(jobset).get("uid") or "")
     if not jobset_uid or not approved or approved == jobset_uid:
         return RebindPlan(False, "the approved JobSet is the current one")
     if others_alive:
         return RebindPlan(False, f"JobSet {jobset_uid} replaces the approved {approved}; "
                                  f"waiting for {others_alive} pods of the previous execution "
                                  "to go")
-    count = admissions + 1
+    count = admissions + raise_step(trainjob, jobset_uid, jobset)
     patch = {"metadata": {"resourceVersion": meta(trainjob).get("resourceVersion"),
                           "annotations": {names.ADMISSION_COUNT: str(count),
                                           **approval_annotations(jobset_uid)}}}

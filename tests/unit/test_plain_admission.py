@@ -119,16 +119,31 @@ async def test_a_finished_pod_does_not_hold_the_admission_back(phase: str) -> No
 
 
 @pytest.mark.asyncio
-async def test_the_admission_names_the_jobset_or_none_when_there_is_none() -> None:
+async def test_the_admission_names_the_jobset_and_waits_for_trainer_to_make_it() -> None:
     kube = FakeKube()
-    await suspended_trainjob(kube)
+    await suspended_trainjob(kube, jobset=False)
+    admitting = asyncio.create_task(admit_plain(kube, NS, NAME, should_admit=always))
+    await asyncio.sleep(1.5)
+    assert not admitting.done()  # no JobSet: nothing to name yet
+    js = await kube.create(JOBSET, {"metadata": {"name": NAME}, "spec": {"suspend": True}}, NS)
     async with asyncio.timeout(5):
-        assert await admit_plain(kube, NS, NAME, should_admit=always)
-    js = await kube.get(JOBSET, NAME, NS)
+        assert await admitting
     tj = await trainjob(kube)
     assert tj["metadata"]["annotations"][names.APPROVED_JOBSET] == js["metadata"]["uid"]
-    other = FakeKube()
-    await suspended_trainjob(other, jobset=False)
+
+
+@pytest.mark.asyncio
+async def test_a_jobset_remade_while_held_raises_a_past_its_restarts() -> None:
+    # The model's RAISEPASTJ: the new JobSet starts again at J = 0, so A must rise past
+    # every J of the old one (maxRestarts), or (A, J=1) and (A + 1, J=0) share an epoch.
+    kube = FakeKube()
+    await suspended_trainjob(kube, a=1, jobset=False)
+    tj = await trainjob(kube)
+    tj["metadata"]["annotations"][names.APPROVED_JOBSET] = "old-jobset"
+    await kube.replace(TRAINJOB, tj, NS)
+    await kube.create(JOBSET, {"metadata": {"name": NAME},
+                               "spec": {"suspend": True, "failurePolicy": {"maxRestarts": 3}}},
+                      NS)
     async with asyncio.timeout(5):
-        assert await admit_plain(other, NS, NAME, should_admit=always)
-    assert not (await trainjob(other))["metadata"]["annotations"][names.APPROVED_JOBSET]
+        assert await admit_plain(kube, NS, NAME, should_admit=always)
+    assert (await trainjob(kube))["metadata"]["annotations"][names.ADMISSION_COUNT] == "5"

@@ -25,6 +25,7 @@ from admission.readmission import (
     PENDING,
     READY,
     Readmission,
+    no_jobset_message,
     ready_message,
     waiting_message,
 )
@@ -314,18 +315,21 @@ async def test_gone_workload_or_trainjob_writes_nothing() -> None:
 
 # --- issue 11: the critical path, and the cached reads ----------------------------------
 @pytest.mark.parametrize("seed", SEEDS)
-async def test_one_approval_sends_the_three_critical_requests_then_the_events(
+async def test_one_approval_sends_the_four_critical_requests_then_the_events(
         seed: int) -> None:
-    """A live LIST of the pods, the fenced raise of A, the fenced Ready; nothing else before
-    Ready (no GET of the Workload, the TrainJob or the Lease), the Events after it."""
+    """A live LIST of the pods, a live GET of the Workload right before the raise (the
+    model's NOWLCONFIRM: the raise's fence covers the TrainJob only), the fenced raise of
+    A, the fenced Ready; nothing else before Ready (no GET of the TrainJob or the Lease),
+    the Events after it."""
     w = await world(seed)
     sent: list[tuple[str, str]] = []
     w.k.before = lambda verb, res, _name: sent.append((verb, res.plural))
     before = w.k.requests
     await w.r._act(KEY, TJ)
-    critical = [("list", POD.plural), ("patch", TRAINJOB.plural), ("patch", WORKLOAD.plural)]
+    critical = [("list", POD.plural), ("get", WORKLOAD.plural), ("patch", TRAINJOB.plural),
+                ("patch", WORKLOAD.plural)]
     assert sent == critical
-    assert w.k.requests - before == 3
+    assert w.k.requests - before == 4
     assert w.check()["state"] == READY
     await w.r.settle()
     assert sent == critical + [("create", EVENT.plural)] * 2
@@ -382,7 +386,7 @@ async def test_a_cached_trainjob_of_an_earlier_owner_is_not_used() -> None:
     w.indexes["trainjobs"].pinned[(NS, TJ)]["metadata"]["uid"] = "an-earlier-one"
     gets = w.k.calls["get"]
     await w.act()
-    assert w.k.calls["get"] == gets + 1
+    assert w.k.calls["get"] == gets + 2  # the TrainJob, and the Workload before the raise
     assert w.annotations()[names.ADMISSION_COUNT] == "1"
     assert w.check()["state"] == READY
 
@@ -512,8 +516,11 @@ async def test_the_approval_names_the_jobset_it_lets_run() -> None:
 
 
 async def admitted_world(jobset: str) -> World:
-    """A job approved as JobSet js1 (A = 1), admitted, whose index now has ``jobset``."""
+    """A job approved as JobSet js1 (A = 1), admitted, whose index now has ``jobset`` (and
+    the server a JobSet of that UID, which the rebind reads live)."""
     w = await world(0, jobset=jobset)
+    await w.k.create(JOBSET, {"metadata": {"name": TJ}}, NS)
+    w.k.objects[(JOBSET.plural, NS, TJ)]["metadata"]["uid"] = jobset
     wl = w.k.objects[(WORKLOAD.plural, NS, WL)]
     uid = wl["metadata"]["uid"]
     wl["status"]["admissionChecks"][0]["state"] = READY
@@ -557,20 +564,50 @@ async def test_the_rebind_is_fenced_by_the_trainjobs_version() -> None:
     assert w.decisions("stale") == 1
 
 
-async def test_with_no_jobset_yet_the_approval_names_none() -> None:
+async def test_with_no_jobset_yet_the_check_waits_for_it() -> None:
     # The approval records the JobSet whose pods alone may run (core.execution): with none
-    # indexed it is read live; with none at all the approval names none (it never waits
-    # for a JobSet Trainer might make only once the TrainJob runs), and the webhook judges
-    # the pods by its other rules.
+    # indexed it is read live; with none at all the check waits and says why (recording none
+    # would let the webhook skip its JobSet rule: the model's RECORDNONE).
     w = await world(0, jobset="")
+    await w.act()
+    assert w.check()["state"] == PENDING
+    assert w.check()["message"] == no_jobset_message(TJ)
+    assert names.ADMISSION_COUNT not in w.annotations()
+    js = await w.k.create(JOBSET, {"metadata": {"name": TJ}}, NS)  # Trainer made it
     await w.act()
     assert w.check()["state"] == READY
-    assert w.annotations()[names.ADMISSION_COUNT] == "1"
-    assert not w.annotations().get(names.APPROVED_JOBSET)
-
-
-async def test_a_jobset_the_index_lacks_is_read_live() -> None:
-    w = await world(0, jobset="")
-    js = await w.k.create(JOBSET, {"metadata": {"name": TJ}}, NS)
-    await w.act()
     assert w.annotations()[names.APPROVED_JOBSET] == js["metadata"]["uid"]
+
+
+async def test_an_approval_of_a_jobset_remade_while_held_raises_a_past_its_restarts() -> None:
+    # The model's RAISEPASTJ: the new JobSet starts at J = 0 again.
+    w = await world(0, jobset="js-new")
+    tj = w.k.objects[(TRAINJOB.plural, NS, TJ)]
+    tj["metadata"]["annotations"] = {names.ADMISSION_COUNT: "1",
+                                     names.ADMISSION_TOKEN: "old-workload/0",
+                                     names.APPROVED_JOBSET: "js-old"}
+    js = await w.k.create(JOBSET, {"metadata": {"name": TJ},
+                                   "spec": {"failurePolicy": {"maxRestarts": 3}}}, NS)
+    await w.act()
+    assert w.annotations()[names.ADMISSION_COUNT] == "5"  # 1 + 1 + maxRestarts
+    assert w.annotations()[names.APPROVED_JOBSET] == js["metadata"]["uid"]  # read live
+
+
+async def test_a_workload_remade_since_it_was_judged_raises_nothing() -> None:
+    # The model's NOWLCONFIRM: the raise is fenced by the TrainJob's version only, so the
+    # Workload is confirmed live (same UID, not deleting) right before it.
+    w = await world(0)
+    w.when("get", WORKLOAD, lambda: w.k.objects[(WORKLOAD.plural, NS, WL)]["metadata"]
+           .__setitem__("uid", "a-new-workload"))
+    await w.act()
+    assert names.ADMISSION_COUNT not in w.annotations()
+    assert w.check()["state"] == PENDING
+
+
+async def test_a_later_attempt_s_trainjob_is_not_the_workload_s() -> None:
+    # The old attempt's Workload, judged after StopJob and Start of the next attempt: the
+    # TrainJob of that name now has another UID, and gets no A from this admission.
+    w = await world(0)
+    w.k.objects[(TRAINJOB.plural, NS, TJ)]["metadata"]["uid"] = "attempt-2"
+    await w.act()
+    assert names.ADMISSION_COUNT not in w.annotations()
