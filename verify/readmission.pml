@@ -29,20 +29,21 @@
  *       implied by (a) and (c), checked on its own where those do not hold).
  *
  * Paths, by preprocessor macro (spin -DNAME -a readmission.pml). With none of them the
- * model is the gate alone (one JobSet, one attempt, no pod finishes early, no pod fence):
+ * model is the gate alone (one JobSet, one attempt, no rank finishes early, no pod fence):
  *   FINISH        a rank's pod may finish (Succeeded or Failed) while others run; its Job
  *                 keeps it, and does not run that index again on resume.
- *   JOBSETS       anyone may delete the JobSet (Trainer makes a new one, new UID, J = 0;
- *                 MAXRECREATE times, default 1); JobSet restarts raise J (MAXRESTART times,
- *                 default 1); the controller's rebind.
- *   ATTEMPTS=n    StopJob deletes the TrainJob, Workload, JobSet; a new attempt of the same
- *                 job starts from A = 0 (n attempts; default 1).
+ *   JOBSETS       anyone may delete the JobSet; Trainer makes a new one at once (new UID,
+ *                 J = 0; MAXRECREATE times, default 1); JobSet restarts raise J (MAXRESTART
+ *                 times, default 1); the controller's rebind.
+ *   ATTEMPTS=n    StopJob deletes the TrainJob, Workload and JobSet; a new attempt of the
+ *                 same job starts from A = 0 (n attempts; default 1).
  *   REMAKE        Kueue re-makes the Workload once (new UID, not admitted).
  *   CHECKREMOVAL  an admin removes dispatch's check from the ClusterQueue: Kueue admits
  *                 without the gate.
- *   JOBSETS, ATTEMPTS > 1, REMAKE and CHECKREMOVAL bring the pod fence (the webhook's
- *   checks) with them: those paths make pods that never pass the gate.
- * Variants of the protocol (each must verify, or must fail):
+ *   PODRACE       the webhook's judgement and the pod's creation may be two steps.
+ *   JOBSETS, ATTEMPTS > 1, REMAKE, CHECKREMOVAL and PODRACE bring the pod fence (the
+ *   webhook's checks) with them: those paths make pods that never pass the gate.
+ * Rules of the protocol, and what removing one does (verify/run.py asserts each):
  *   NOFENCE       the Ready apply carries no metadata.resourceVersion: it always applies.
  *                 Must fail: a stale decision approves, (a) or (b) or (c) breaks.
  *   NOEVICTGUARD  decide() ignores the Workload's Evicted condition. Must fail: one
@@ -59,23 +60,30 @@
  *   NOLEADER      no leadership check at all in the decision: both replicas decide all
  *                 the time. Verifies too: safety rests on the fences, not on the Lease.
  *   FINISHEDBLOCK the gate counts finished pods as left. Must fail (d).
- *   NOPODFENCE    the webhook admits any pod. Must fail (a): a re-made JobSet runs beside
- *                 the old one's pods, or a check-less admission beside the last one's.
+ *   NOPODFENCE    the webhook admits any pod. Must fail (a) or (e): a re-made JobSet runs
+ *                 beside the old one's pods.
  *   NOJOBSETRECORD no approved JobSet on the TrainJob and no rebind; the webhook checks
- *                 only that no alive pod of another execution is left. Must fail (c).
+ *                 only that no alive pod of another identity is left. Must fail (c).
+ *   RAISEPASTJ    a raise that records a JobSet other than the approved one raises A by
+ *                 1 + MAXRESTART (JobSet's failurePolicy.maxRestarts bounds J), not by 1.
+ *                 Without it JOBSETS must fail (c): J = 0 of the new JobSet undoes the
+ *                 old one's restarts.
+ *   CACHEDJOBSET  the rebind reads the JobSet from its cache, not live. Must fail (b).
+ *   RECORDNONE    the approval records "no JobSet" when its cache has none, and the webhook
+ *                 skips the JobSet check when none is recorded. Must fail (c).
+ *   NOWLCONFIRM   the raise without a live GET of the Workload before it (REMAKE,
+ *                 ATTEMPTS). Must fail (b): a decision about a Workload that is gone raises
+ *                 A, after the new one's raise or on the next attempt's TrainJob.
  *   NOATTEMPTBASE the epoch without the attempt's base. Must fail (c).
- *   RAISEPASTJ    (proposed) a raise that records a JobSet other than the approved one
- *                 raises A by 1 + MAXRESTART (JobSet's maxRestarts bounds J) instead of 1.
- *   RECORDNONE    (the code as first written) the approval records "no JobSet" when its
- *                 cache has none, and the webhook skips the JobSet check when none is
- *                 recorded. Must fail (c).
+ * Bounds and switches:
  *   RVCOUNTER     resourceVersions as literal counters (the default stores only the result
  *                 of the one comparison ever made with them; same behaviours, more states).
  *   MAXHOLD=n     how many times the user holds (and may release) the job; default 2.
+ *   NPOD=n        pods per execution; default 2.
  *   PROPS=n       which properties to check, a bit mask: 1 (a), 2 (b), 4 (c), 8 (d),
  *                 16 (e); default 31.
  * Crashes and stalls are unbounded. The printf lines tell a trail's story (spin -t).
- * TODO (not modelled, not implemented yet): a hold outliving a re-made Workload. REMAKE
+ * TODO (not modelled, not implemented yet): a hold that outlives a re-made Workload; REMAKE
  * re-makes only an active Workload.
  */
 
@@ -104,7 +112,7 @@
 #else
 #define MAXREMAKE 0
 #endif
-#if (defined(JOBSETS) || ATTEMPTS > 1 || defined(REMAKE) || defined(CHECKREMOVAL)) && !defined(NOPODFENCE)
+#if (defined(JOBSETS) || ATTEMPTS > 1 || defined(REMAKE) || defined(CHECKREMOVAL) || defined(PODRACE)) && !defined(NOPODFENCE)
 #define PODFENCE
 #endif
 #ifndef NPOD
@@ -191,8 +199,9 @@ bool wl_same[2], tj_same[2];            /* nothing wrote the object since the ve
  *   writes a higher token of a Workload, under the TrainJob's rv). Any such token may be
  *   read. That is more than a cache can hold (a cache is per replica and moves forward),
  *   which is safe: a property that holds with more behaviours holds with fewer.
- * - The JobSet's UID (JOBSETS): the current one, none, or an older one (any older UID
- *   is, to the model, as good as the one before the current).
+ * - The JobSet's UID (JOBSETS), for the approval to record: the current one, none (after
+ *   a deletion), or an older one (any older UID is, to the model, as good as the one
+ *   before the current). The rebind reads it live (CACHEDJOBSET: from the cache too).
  * CACHEDPODS: a cache of the pod count too, exact (the last count it took), so that a
  * counterexample found with it is one a real cache can produce. */
 #ifdef CACHEDPODS
@@ -217,12 +226,12 @@ byte nfin = 0;            /* finished pods of the current Jobs: kept until they 
 #define RESUMED    0
 #endif
 byte al_js = 0, al_A = 0, al_J = 0, al_att = 1;   /* the alive pods' identity */
-hidden byte nexec = 0;    /* executions so far: for the story only, not in the state */
 bool al_cur = false;      /* the alive pods belong to the current execution */
-byte ncreated = 0;        /* ranks of execution nexec that have (had) a pod */
-bool rfirst = true;       /* execution nexec has had no pod yet */
-byte r_js = 0, r_A = 0, r_J = 0, r_att = 1;       /* identity of the latest execution that
-                                                     had a pod */
+byte ncreated = 0;        /* ranks of the current execution that have (had) a pod */
+bool rfirst = true;       /* the current execution has had no pod yet */
+byte lastE = 0;           /* epoch of the latest execution that had a pod */
+byte r_js = 0, r_A = 0, r_J = 0;  /* the current execution's identity, once it had a
+                                     pod (its attempt is the current one) */
 bool own_token = false;   /* at the latest unsuspend, the recorded token was the admission's
                              (or the admission did not pass the gate) */
 byte holds = 0;
@@ -265,13 +274,19 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
 #else
 #define POD_OK     true
 #endif
+/* PODRACE: the webhook's judgement and the pod's creation may also be two steps, for one
+ * pod at a time; by default they are one, as if the webhook's reads and the write were. */
+#ifdef PODRACE
+bool inflight = false;
+byte if_js, if_A, if_J, if_att;
+#endif
 /* JobSet's restart is blocking: the Jobs of restart J make pods once no pod of the
  * JobSet's earlier Jobs is alive. */
 #define JS_READY   !(NALIVE > 0 && al_js == js && al_J != J)
-/* the Jobs of the current JobSet start over: a new execution */
 /* no pod can be made until the next NEW_EXEC: forget this execution (fewer states) */
-#define HALT       ncreated = 0; rfirst = true; al_cur = false
-#define NEW_EXEC   nexec++; ncreated = 0; rfirst = true; al_cur = false
+#define HALT       ncreated = 0; rfirst = true; al_cur = false; r_js = 0; r_A = 0; r_J = 0
+/* the Jobs of the current JobSet start over: a new execution */
+#define NEW_EXEC   HALT
 /* the last alive pod went: forget what the alive pods were (fewer states, same behaviours) */
 #define GONE       if \
                    :: NALIVE == 0 -> al_cur = false; al_js = 0; al_A = 0; al_J = 0; al_att = 1 \
@@ -288,10 +303,10 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
 #define RAISE     6       /* merge patch A+1, the token and the JobSet, TrainJob rv fence */
 #define CONFIRM2  7       /* is_leader() before approving (LEASECONFIRM: and GET the Lease) */
 #define APPROVE   8       /* apply the check Ready, fenced by the Workload rv read */
-#define READ_JS   9       /* the JobSet's UID from the cache, for the raise to record */
-#define RB_LIST   10      /* rebind: list the job's pods, live */
-#define RB_READ   11      /* rebind: the JobSet's UID and the TrainJob from the caches */
-#define RB_RAISE  12      /* rebind: is_leader(), merge patch A+1 and the JobSet, rv fence */
+#define RB_LIST   9       /* rebind: list the job's pods, live */
+#define RB_READ   10      /* rebind: GET the JobSet live; the TrainJob from the cache */
+#define RB_RAISE  11      /* rebind: is_leader(), merge patch A+1 and the JobSet, rv fence */
+#define WLCHECK   12      /* GET the Workload live: still the one read? */
 
 /* the pods the decision counts: live, alive ones (CACHEDPODS: from the cache;
  * FINISHEDBLOCK: finished ones too) */
@@ -311,13 +326,24 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
 #else
 #define OURS      (!ready && wl_active && quota && !evicted && checkon)
 #endif
-/* decide()'s rebind case: the check Ready, admitted, active, not Evicted (the token and
- * the JobSet are judged at RB_READ) */
-#define REBIND    (ready && admitted && wl_active && !evicted && checkon)
+/* decide()'s rebind case: the check Ready, admitted, active, not Evicted, and the JobSet
+ * not the approved one (judged again at RB_READ, with the token). decide() sees that
+ * mismatch in its caches; a decision begun before the mismatch arose is, to every later
+ * step, the same as one begun right after it (READ_WL touches nothing the re-making of a
+ * JobSet does), and one that sees a mismatch no longer there goes no further than RB_READ,
+ * so the model starts one only on a current mismatch: fewer states, same behaviours. */
+#define REBIND    (ready && admitted && wl_active && !evicted && checkon && appr != NOJS \
+                   && appr != js)
 
 /* the token rule of plan_admission(): tokens of one Workload are ordered by evictions */
 #define TOK_THIS  (tok == ev_r + 1 && tokw == wuid_r)
+
 #define TOK_NEWER (tok > ev_r + 1 && tokw == wuid_r)
+#ifdef TOKENEQ
+#define RAISES    (!TOK_THIS)
+#else
+#define RAISES    (!TOK_THIS && !TOK_NEWER)
+#endif
 
 /* the decision is over, or lost with the process: forget what it read */
 #define FORGET    pc = IDLE; ev_r = 0; msg_r = 0; pods_r = 0; wuid_r = 0; js_r = 0; \
@@ -326,9 +352,10 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
 /* on to approve: what the decision read is needed no more, but the Workload's rv */
 #define TO_APPROVE pc = CONFIRM2; ev_r = 0; wuid_r = 0; js_r = 0
 
-/* on to raise A: read the JobSet to record first (with one JobSet, it is that one) */
-#ifdef JOBSETS
-#define TO_RAISE  pc = READ_JS
+/* on to raise A, recording the current JobSet (after a live GET of the Workload, where
+ * it can be re-made: REMAKE, ATTEMPTS) */
+#if (defined(REMAKE) || ATTEMPTS > 1) && !defined(NOWLCONFIRM)
+#define TO_RAISE  js_r = js; pc = WLCHECK
 #else
 #define TO_RAISE  js_r = js; pc = CONFIRM1
 #endif
@@ -338,8 +365,8 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
  * another JobSet was listed */
 #define RB_JUDGE  TJ_READ; \
                   if \
-                  :: TOK_THIS && appr != NOJS && appr != js_r && (pods_r == 0 || pjs_r == js_r) -> \
-                       pc = RB_RAISE \
+                  :: TOK_THIS && appr != NOJS && appr != js_r && (pjs_r == NOJS || pjs_r == js_r) -> \
+                       pc = RB_RAISE; ev_r = 0; wuid_r = 0; pjs_r = 0 \
                   :: else -> FORGET \
                   fi
 
@@ -432,25 +459,34 @@ proctype Replica(byte me) {
 #endif
                 fi }
   /* ...or an older version, which fails the rv precondition of RAISE. Its token is one the
-   * TrainJob had: this admission's only if the current one is this admission's or newer
-   * (tokens of a Workload only rise) or another Workload's, else an older admission's (a
-   * newer one's would end the decision, as above). */
-  :: d_step { pc == READ_TJ && tok != 0 && (tokw != wuid_r || tok >= ev_r + 1) ->
+   * TrainJob had: this admission's if that was ever recorded, else another (a newer one's
+   * would end the decision, as above). */
+  :: d_step { pc == READ_TJ && raised[TOKIX(wuid_r, ev_r + 1)] ->
                 TJ_OLDER; TO_APPROVE;
                 printf("MSC: r%d reads an older TrainJob from its cache: raised for this admission\n", me) }
-  :: d_step { pc == READ_TJ -> TJ_OLDER; TO_RAISE;
+  :: d_step { pc == READ_TJ -> TJ_OLDER; pc = CONFIRM1;
                 printf("MSC: r%d reads an older TrainJob from its cache: not raised for this admission\n", me) }
-  /* The JobSet the raise will record (core.execution.approval_annotations), from the
-   * cache. No JobSet: wait for Trainer to make one. */
+#if (defined(REMAKE) || ATTEMPTS > 1) && !defined(NOWLCONFIRM)
+  /* Before raising, GET the Workload live: go on only if it is still the one read (its
+   * UID). The TrainJob was read before, and the raise is fenced by its rv: a Workload made
+   * since can only have raised A after that read, which fails the raise. */
+  :: d_step { pc == WLCHECK ->
+                if
+                :: wuid == wuid_r -> pc = CONFIRM1
+                :: else -> FORGET; printf("MSC: r%d GETs the Workload: it is another one now; gives up\n", me)
+                fi }
+#endif
 #ifdef JOBSETS
-  :: d_step { pc == READ_JS -> js_r = js; pc = CONFIRM1 }
-  :: d_step { pc == READ_JS && js > 0 -> js_r = js - 1; pc = CONFIRM1;
-                printf("MSC: r%d reads an older JobSet %d from its cache\n", me, js_r) }
+  /* The JobSet the raise will record (core.execution.approval_annotations) comes from the
+   * cache at the same moment as the TrainJob (no request in between): above, the current
+   * one; here an older one, or none (after a deletion, before its successor): then wait. */
+  :: d_step { pc == READ_TJ && RAISES && js > 0 -> TJ_READ; TO_RAISE; js_r = js - 1;
+                printf("MSC: r%d reads the TrainJob from its cache: A = %d, not raised for this admission; and an older JobSet %d\n", me, A, js_r) }
 #ifdef RECORDNONE
-  :: d_step { pc == READ_JS && ndel > 0 -> js_r = NOJS; pc = CONFIRM1;
-                printf("MSC: r%d finds no JobSet in its cache: the raise will record none\n", me) }
+  :: d_step { pc == READ_TJ && RAISES && ndel > 0 -> TJ_READ; TO_RAISE; js_r = NOJS;
+                printf("MSC: r%d reads the TrainJob from its cache: A = %d, not raised for this admission; and no JobSet: the raise will record none\n", me, A) }
 #else
-  :: d_step { pc == READ_JS && ndel > 0 -> FORGET;
+  :: d_step { pc == READ_TJ && RAISES && ndel > 0 -> FORGET;
                 printf("MSC: r%d finds no JobSet in its cache: waits\n", me) }
 #endif
 #endif
@@ -470,8 +506,9 @@ proctype Replica(byte me) {
 #ifndef NOJOBSETRECORD
                      appr = js_r;
 #endif
-                     TJ_WRITE; TO_APPROVE;
-                     printf("MSC: r%d raises A to %d, token of admission %d of Workload %d, JobSet %d\n", me, A, ev_r, wuid_r, js_r)
+                     TJ_WRITE;
+                     printf("MSC: r%d raises A to %d, token of admission %d of Workload %d, JobSet %d\n", me, A, ev_r, wuid_r, js_r);
+                     TO_APPROVE
                 :: else -> FORGET                                   /* 409: judge again */
                 fi }
   :: d_step { pc == CONFIRM2 ->
@@ -497,7 +534,8 @@ proctype Replica(byte me) {
    * is the one the token records, and the TrainJob's JobSet is not the approved one. Once
    * no alive pod of another JobSet is left, raise A and record the JobSet, in one merge
    * patch fenced by the TrainJob's rv. The pods are listed first (with the decision). */
-  :: d_step { pc == RB_LIST -> pods_r = NALIVE; pjs_r = al_js; pc = RB_READ }
+  :: d_step { pc == RB_LIST -> pjs_r = (NALIVE > 0 -> al_js : NOJS); pc = RB_READ }
+  /* the JobSet live (Trainer re-makes a deleted one at once: there is one) */
   :: d_step { pc == RB_READ -> js_r = js; RB_JUDGE }
 #ifdef CACHEDJOBSET
   :: d_step { pc == RB_READ && js > 0 -> js_r = js - 1; RB_JUDGE;
@@ -563,29 +601,29 @@ proctype Cluster() {
   :: d_step { admitted && suspended ->
                 own_token = (!gated || (tok == ev + 1 && tokw == wuid));
                 suspended = false; TJ_WRITE; NEW_EXEC; ncreated = RESUMED;
-                printf("MSC: Kueue unsuspends the TrainJob: execution %d\n", nexec) }
+                printf("MSC: Kueue unsuspends the TrainJob: a new execution\n") }
 
   /* The Job controller creates a pod of the running job (for a rank that has none and has
    * not finished); the webhook judges it (PODFENCE), reading the TrainJob and the pods
    * live, and gives it A from the TrainJob, J from its JobSet restart. */
   :: d_step { !suspended && ncreated < NPOD && JS_READY && POD_OK ->
-                printf("MSC: a pod of execution %d starts: JobSet %d, A = %d, J = %d, attempt %d, epoch %d (%d pods exist)\n",
-                       nexec, js, A, J, att, EPOCH(att, A, J), NALIVE);
+                printf("MSC: a pod starts: JobSet %d, A = %d, J = %d, attempt %d, epoch %d (%d pods exist)\n",
+                       js, A, J, att, EPOCH(att, A, J), NALIVE);
 #if (PROPS & 1)
                 assert(NALIVE == 0 || al_cur);                         /* (a) */
 #endif
                 if
                 :: rfirst ->
 #if (PROPS & 4)
-                     assert(EPOCH(att, A, J) > EPOCH(r_att, r_A, r_J)); /* (c) epoch rises */
+                     assert(EPOCH(att, A, J) > lastE);                 /* (c) epoch rises */
 #endif
 #if (PROPS & 2)
                      assert(own_token);                                /* (b) raised for it */
 #endif
-                     r_js = js; r_A = A; r_J = J; r_att = att; rfirst = false
+                     lastE = EPOCH(att, A, J); r_js = js; r_A = A; r_J = J; rfirst = false
                 :: else ->
 #if (PROPS & 4)
-                     assert(r_js == js && r_A == A && r_J == J && r_att == att) /* (c) one each */
+                     assert(r_js == js && r_A == A && r_J == J)        /* (c) one each */
 #else
                      skip
 #endif
@@ -595,6 +633,39 @@ proctype Cluster() {
 #endif
                 nrun++; ncreated++; al_cur = true;
                 al_js = js; al_A = A; al_J = J; al_att = att }
+#ifdef PODRACE
+  /* ...or the webhook admits it, and the API server stores it later: the webhook's reads
+   * are not the write (one such pod at a time) */
+  :: d_step { !suspended && ncreated < NPOD && JS_READY && POD_OK && !inflight ->
+                printf("MSC: the webhook admits a pod: JobSet %d, A = %d, J = %d, attempt %d, epoch %d (%d pods exist); not stored yet\n",
+                       js, A, J, att, EPOCH(att, A, J), NALIVE);
+                if
+                :: rfirst ->
+#if (PROPS & 4)
+                     assert(EPOCH(att, A, J) > lastE);                 /* (c) epoch rises */
+#endif
+#if (PROPS & 2)
+                     assert(own_token);                                /* (b) raised for it */
+#endif
+                     lastE = EPOCH(att, A, J); r_js = js; r_A = A; r_J = J; rfirst = false
+                :: else ->
+#if (PROPS & 4)
+                     assert(r_js == js && r_A == A && r_J == J)        /* (c) one each */
+#else
+                     skip
+#endif
+                fi;
+                inflight = true; if_js = js; if_A = A; if_J = J; if_att = att; ncreated++ }
+  :: d_step { inflight ->
+                printf("MSC: the API server stores the pod admitted earlier: JobSet %d, A = %d, J = %d (%d pods exist)\n",
+                       if_js, if_A, if_J, NALIVE);
+#if (PROPS & 16)
+                assert(NALIVE == 0 || (al_js == if_js && al_A == if_A && al_J == if_J && al_att == if_att)); /* (e) */
+#endif
+                nrun++; al_cur = true; inflight = false;
+                al_js = if_js; al_A = if_A; al_J = if_J; al_att = if_att;
+                if_js = 0; if_A = 0; if_J = 0; if_att = 0 }
+#endif
 #ifdef FINISH
   /* the kubelet: a terminating pod is gone, after any delay */
   :: d_step { nterm > 0 -> nterm--; GONE; printf("MSC: a terminating pod is gone (%d alive left)\n", NALIVE) }
@@ -614,17 +685,24 @@ proctype Cluster() {
    * (Kueue keeps the Workload admitted). A cache may show no JobSet in between. */
   :: d_step { ndel < MAXRECREATE -> ndel++; STOP_PODS; DROP_FIN; HALT;
                 js++; J = 0; NEW_EXEC;
-                printf("MSC: someone deletes JobSet %d: its pods terminate; Trainer makes JobSet %d: execution %d\n", js - 1, js, nexec) }
+                printf("MSC: someone deletes JobSet %d: its pods terminate; Trainer makes JobSet %d: a new execution\n", js - 1, js) }
   /* JobSet restarts the running JobSet (a pod failed): J + 1, new Jobs */
   :: d_step { !suspended && nrst < MAXRESTART -> J++; nrst++; STOP_PODS; DROP_FIN;
-                NEW_EXEC; printf("MSC: JobSet %d restarts: J = %d, execution %d\n", js, J, nexec) }
+                NEW_EXEC; printf("MSC: JobSet %d restarts: J = %d, a new execution\n", js, J) }
 #endif
 #ifdef REMAKE
-  /* Kueue re-makes the (active) Workload: a new UID, no quota, not admitted */
+  /* Kueue finds the (active) Workload no longer matches the job, or gone: it suspends the
+   * job if it runs, deletes the Workload and makes a new one: a new UID, no quota, not
+   * admitted (jobframework's ensureOneWorkload suspends a running job first; the model
+   * does it all in one step) */
   :: d_step { wl_active && nremake < MAXREMAKE ->
+                if
+                :: !suspended -> suspended = true; TJ_WRITE; STOP_PODS; HALT; own_token = false
+                :: else -> skip
+                fi;
                 nremake++; wuid++; quota = false; evicted = false; admitted = false;
                 ready = false; msg = 0; ev = 0; WL_WRITE;
-                printf("MSC: Kueue re-makes the Workload: Workload %d\n", wuid) }
+                printf("MSC: Kueue re-makes the Workload (suspending the job): Workload %d\n", wuid) }
 #endif
 #ifdef CHECKREMOVAL
   /* An admin removes dispatch's check from the ClusterQueue: Kueue drops it from the
@@ -637,7 +715,8 @@ proctype Cluster() {
    * the service starts the next attempt: a TrainJob of the same name, A = 0 */
   :: d_step { att < ATTEMPTS ->
                 att++; STOP_PODS; DROP_FIN;
-                suspended = true; A = 0; tok = 0; tokw = 0; appr = NOJS; TJ_WRITE;
+                suspended = true; A = 0; tok = 0; tokw = 0; appr = NOJS; own_token = false;
+                TJ_WRITE;
                 wuid++; wl_active = true; quota = false; evicted = false; admitted = false;
                 ready = false; msg = 0; ev = 0; WL_WRITE;
                 js++; J = 0; NEW_EXEC;

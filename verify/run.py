@@ -3,9 +3,12 @@
 
 Each variant of the model is generated with ``spin -a``, compiled with gcc in safety mode
 and searched exhaustively by pan, in a temporary directory (nothing is written into the
-repository). The protocol itself must verify with no error and no truncated search; each
-variant with a piece of the protocol removed must produce a counterexample, whose trail
-is replayed with ``spin -t`` and told by the model's ``MSC:`` lines.
+repository). The protocol must verify with no error and no truncated search on every path
+that makes a pod: the gate alone, ranks finishing early, JobSets re-made and restarted
+(with the rebind and the pod fence), a second attempt, a re-made Workload, and the check
+removed from the ClusterQueue. Each variant with a piece of the protocol removed, and each
+known limit, must produce a counterexample, whose trail is replayed with ``spin -t`` and
+told by the model's ``MSC:`` lines.
 
 Run it with ``make verify`` or ``python verify/run.py``; ``--only NAME`` runs one variant.
 The exit status is 0 when every variant did what it must.
@@ -29,10 +32,15 @@ MAX_DEPTH = 1_000_000
 """pan's -m: far above the depth the search reaches, which the result reports."""
 TIMEOUT = 600.0
 PROPERTIES = {
-    "a": "never pods of two executions at once",
-    "b": "A rises exactly once per admission",
-    "c": "each execution's R is strictly higher than the previous one's",
+    "a": "never alive pods of two executions at once",
+    "b": "A rises exactly once per admission (and once per rebind of a JobSet)",
+    "c": "each execution's epoch is strictly higher than the previous one's, "
+         "and all its pods have its identity",
+    "d": "the gate never waits on finished pods alone",
+    "e": "never alive pods of two identities at once",
 }
+MEMLIM_MB = 4096
+"""pan's memory bound: a variant that needs more stops, reported as not complete."""
 TRUNCATED = ("max search depth too small", "out of memory", "Search not completed")
 
 
@@ -49,6 +57,7 @@ class Variant:
 
 
 VARIANTS = (
+    # --- the gate alone: one JobSet, one attempt, no rank finishes early, no pod fence ---
     Variant("fenced", (), False, "the protocol: every property holds"),
     Variant("leaseconfirm", ("LEASECONFIRM",), False,
             "with a GET of the Lease before each write (the confirms before issue 11)"),
@@ -65,9 +74,60 @@ VARIANTS = (
             "the token rule by equality, not by order", bfs=True),
     Variant("cachedpods", ("CACHEDPODS",), True,
             "the job's pods from a cache instead of a live list", bfs=True),
+    # --- ranks that finish early -------------------------------------------------------
+    Variant("finish", ("FINISH",), False,
+            "ranks finish early; the gate counts alive pods only"),
+    Variant("finishedblock", ("FINISH", "FINISHEDBLOCK"), True,
+            "the gate counting finished pods too: it waits on a pod that never goes",
+            bfs=True),
+    # --- JobSets re-made and restarted, the rebind, the pod fence ------------------------
+    Variant("jobsets", ("JOBSETS", "RAISEPASTJ", "FINISH", "MAXHOLD=1"), False,
+            "JobSet re-made and restarted, ranks finishing early, the rebind and the pod "
+            "fence; a raise that records another JobSet jumps past its restarts"),
+    Variant("jobsets-norestart", ("JOBSETS", "MAXRESTART=0", "MAXHOLD=1"), False,
+            "JobSet re-made, never restarted: the rebind raising A by one suffices"),
+    Variant("rebindbyone", ("JOBSETS", "MAXHOLD=1"), True,
+            "JobSet re-made and restarted, a raise that records another JobSet raising A "
+            "by one: the new JobSet's J = 0 undoes the old one's restarts", bfs=True),
+    Variant("nopodfence", ("JOBSETS", "RAISEPASTJ", "NOPODFENCE", "MAXHOLD=1"), True,
+            "the webhook admitting any pod: a re-made JobSet runs beside the old one",
+            bfs=True),
+    Variant("nojobsetrecord", ("JOBSETS", "RAISEPASTJ", "NOJOBSETRECORD", "MAXHOLD=1"), True,
+            "no approved JobSet and no rebind: the webhook's check (2) alone", bfs=True),
+    Variant("cachedjobset", ("JOBSETS", "RAISEPASTJ", "CACHEDJOBSET", "MAXHOLD=1"), True,
+            "the rebind reading the JobSet from its cache instead of live", bfs=True),
+    Variant("recordnone", ("JOBSETS", "RAISEPASTJ", "RECORDNONE", "MAXHOLD=1",
+                           "MAXRECREATE=2"), True,
+            "the approval recording no JobSet when its cache has none, and the webhook "
+            "skipping check (1) then", bfs=True),
+    # --- attempts, and Workloads re-made ------------------------------------------------
+    Variant("attempts", ("ATTEMPTS=2", "MAXHOLD=1"), False,
+            "StopJob and a second attempt from A = 0"),
+    Variant("noattemptbase", ("ATTEMPTS=2", "NOATTEMPTBASE", "MAXHOLD=1"), True,
+            "the epoch without the attempt's base", bfs=True),
+    Variant("nowlconfirm", ("ATTEMPTS=2", "NOWLCONFIRM", "MAXHOLD=1"), True,
+            "raising A without first GETting the Workload live: a decision about attempt "
+            "1's Workload raises A on attempt 2's TrainJob", bfs=True),
+    Variant("remake", ("REMAKE", "MAXHOLD=1"), False, "Kueue re-makes the Workload"),
+    Variant("nowlconfirm-remake", ("REMAKE", "NOWLCONFIRM", "MAXHOLD=1"), True,
+            "the same without the live GET of the Workload: a decision about the old "
+            "Workload raises A after the new one's raise", bfs=True),
+    # --- the check removed from the ClusterQueue ---------------------------------------
+    Variant("checkremoval", ("CHECKREMOVAL", "JOBSETS", "MAXRESTART=0", "MAXHOLD=1",
+                             "PROPS=26"), False,
+            "an admin removes the check; JobSet re-made; checking (b), (d), (e): the pod "
+            "fence still keeps one identity at a time"),
+    Variant("nocheckpodfence", ("CHECKREMOVAL", "JOBSETS", "RAISEPASTJ", "NOPODFENCE",
+                                "MAXHOLD=0", "PROPS=16"), True,
+            "the check removed and no pod fence: two identities at once", bfs=True),
+    Variant("checkremoval-a", ("CHECKREMOVAL", "MAXHOLD=1", "PROPS=5"), True,
+            "a limit: with the check removed a readmission is no new execution to the "
+            "fence; it reruns the same identity beside the last one's pods", bfs=True),
+    # --- the webhook's check and the pod's creation as two steps ------------------------
+    Variant("podrace", ("PODRACE", "PROPS=16"), True,
+            "a limit: a pod the webhook admitted is stored after a new execution's pod",
+            bfs=True),
 )
-
-
 @dataclass(slots=True)
 class Result:
     variant: Variant
@@ -130,23 +190,25 @@ def _property_of_line(model: str, lineno: int) -> str:
     """The property a failed assertion belongs to: the '(a)' tag on its model line."""
     lines = model.splitlines()
     if 0 < lineno <= len(lines):
-        m = re.search(r"/\* \(([abc])\)", lines[lineno - 1])
+        m = re.search(r"/\* \(([a-e])\)", lines[lineno - 1])
         if m:
             return m.group(1)
     return ""
 
 
-def check(variant: Variant, workdir: Path | None = None) -> Result:
-    """Generate, compile and run one variant; replay its trail if it has one."""
+def check(variant: Variant, workdir: Path | None = None, model: str | None = None) -> Result:
+    """Generate, compile and run one variant; replay its trail if it has one. ``model``
+    replaces the model's text (the tests' probes)."""
     with tempfile.TemporaryDirectory(prefix="readmission-") as tmp:
         where = workdir or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
-        model = MODEL.read_text()
+        model = MODEL.read_text() if model is None else model
         (where / MODEL.name).write_text(model)
         flags = [f"-D{d}" for d in variant.defines]
         started = time.monotonic()
         _run(["spin", *flags, "-a", MODEL.name], where)
-        cflags = ["-O2", "-w", "-DSAFETY"] + (["-DBFS"] if variant.bfs else [])
+        cflags = ["-O2", "-w", "-DSAFETY", f"-DMEMLIM={MEMLIM_MB}"] \
+            + (["-DBFS"] if variant.bfs else [])
         _run(["gcc", *cflags, "-o", "pan", "pan.c"], where)
         # pan exits non-zero when it finds an error: read its report either way.
         done = subprocess.run(["./pan", f"-m{MAX_DEPTH}"], cwd=where, capture_output=True,
@@ -155,7 +217,7 @@ def check(variant: Variant, workdir: Path | None = None) -> Result:
         res = Result(variant, output=out)
         res.errors = int(_number(r"errors: (\d+)", out))
         res.states = int(_number(r"(\d+) states, stored", out))
-        res.transitions = int(_number(r"(\d+) transitions \(", out))
+        res.transitions = int(_number(r"([\d.e+]+) transitions \(", out))
         res.depth = int(_number(r"depth reached (\d+)", out))
         res.seconds = _number(r"elapsed time ([\d.e+]+) seconds", out)
         res.complete = ("Full statespace search" in out
@@ -209,12 +271,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(_run(["spin", "-V"], Path.cwd()).strip())
     ok = True
+    started = time.monotonic()
     for v in VARIANTS:
         if args.only and v.name not in args.only:
             continue
         res = check(v)
         print(report(res), flush=True)
         ok = ok and res.ok
+    print(f"{'every variant did what it must' if ok else 'SOME VARIANT DID NOT'}, "
+          f"in {time.monotonic() - started:.0f} s")
     return 0 if ok else 1
 
 

@@ -1,15 +1,18 @@
 """The readmission protocol, model-checked: verify/readmission.pml through verify/run.py.
 
-The protocol must verify exhaustively, with no error, in under two minutes, and so must
-its variants with a GET of the Lease before each write or no leadership check at all; the
-same model with the fence removed must produce a counterexample, and so must the variants
-that drop the eviction guard, order the token by equality or count the pods from a cache
-(docs/readmission-model.md).
+The protocol must verify exhaustively, with no error, on every path that makes a pod: the
+gate alone (also with a GET of the Lease before each write, or with no leadership check at
+all), ranks that finish early, JobSets re-made and restarted with the rebind and the pod
+fence, a second attempt after StopJob, a re-made Workload, and the check removed from the
+ClusterQueue. The same model with one rule removed must produce a counterexample, and so
+must the two known limits (docs/readmission-model.md). Probes show that the new paths are
+not vacuous: each one's key step happens in some run.
 Needs spin and gcc; skipped, saying so, when either is absent.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,10 @@ needs_spin = pytest.mark.skipif(
            "(Debian: apt-get install spin gcc)")
 
 BUDGET = 120.0
-"""Seconds the exhaustive check of the protocol may take, spin and gcc included."""
+"""Seconds the exhaustive check of one variant may take, spin and gcc included."""
+
+MUST_VERIFY = ("fenced", "leaseconfirm", "noleader", "finish", "jobsets", "jobsets-norestart",
+               "attempts", "remake", "checkremoval")
 
 
 def _variant(name: str) -> run.Variant:
@@ -38,6 +44,12 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, run.Result]:
 def _show(capsys: pytest.CaptureFixture[str], res: run.Result) -> None:
     with capsys.disabled():
         print("\n" + run.report(res))
+
+
+def _fails(res: run.Result, props: set[str]) -> None:
+    assert res.errors >= 1, res.output
+    assert res.prop in props, res.assertion
+    assert res.story, "the counterexample has no story"
 
 
 @needs_spin
@@ -60,12 +72,27 @@ def test_every_statement_of_the_model_is_reached(results: dict[str, run.Result])
 
 
 @needs_spin
+@pytest.mark.parametrize("name", [n for n in MUST_VERIFY if n not in ("fenced",)])
+def test_every_path_that_makes_a_pod_verifies(name: str, results: dict[str, run.Result],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Ranks finishing early, JobSets re-made and restarted, a second attempt, a re-made
+    Workload, the check removed: each exhaustively, within the budget, and (but for
+    NOLEADER, whose 'not leading' branches cannot happen) every statement reached."""
+    res = results[name]
+    _show(capsys, res)
+    assert res.errors == 0, res.output
+    assert res.complete, f"the search was truncated:\n{res.output}"
+    assert res.wall < BUDGET, f"took {res.wall:.1f} s, more than {BUDGET:.0f} s"
+    if not _variant(name).unreached_ok:
+        assert res.unreached == []
+
+
+@needs_spin
 def test_without_the_fence_there_is_a_counterexample(
         results: dict[str, run.Result], capsys: pytest.CaptureFixture[str]) -> None:
     res = results["nofence"]
     _show(capsys, res)
-    assert res.errors >= 1, res.output
-    assert res.prop in {"a", "b", "c"}, res.assertion
+    _fails(res, {"a", "b", "c"})
     assert any("writes the check Ready (no fence)" in step for step in res.story)
 
 
@@ -76,12 +103,11 @@ def test_without_the_fence_two_executions_overlap(
     an execution while a pod of the previous one was still there."""
     res = results["nofence-a"]
     _show(capsys, res)
-    assert res.errors >= 1, res.output
-    assert res.prop == "a", res.assertion
+    _fails(res, {"a"})
     for replica in ("r0", "r1"):
         assert f"{replica} acquires the lease" in res.story
     # the last step is the pod that starts while another execution's pod exists
-    assert res.story[-1].startswith("a pod of execution")
+    assert res.story[-1].startswith("a pod starts")
     assert "(0 pods exist)" not in res.story[-1]
 
 
@@ -93,17 +119,24 @@ def test_each_rule_of_the_protocol_is_needed(name: str, props: set[str],
                                              capsys: pytest.CaptureFixture[str]) -> None:
     res = results[name]
     _show(capsys, res)
-    assert res.errors >= 1, res.output
-    assert res.prop in props, res.assertion
+    _fails(res, props)
 
 
 def test_the_variants_come_from_one_model() -> None:
-    """NOFENCE and the others are preprocessor switches of verify/readmission.pml."""
+    """Every switch is a preprocessor macro of verify/readmission.pml, and every macro a
+    variant names is one the model reads."""
     model = Path(run.MODEL).read_text()
-    for macro in ("NOFENCE", "NOEVICTGUARD", "TOKENEQ", "CACHEDPODS"):
-        assert f"#ifdef {macro}" in model
-        assert any(macro in v.defines for v in run.VARIANTS)
+    directives = "\n".join(line for line in model.splitlines() if line.startswith("#"))
+    for v in run.VARIANTS:
+        for define in v.defines:
+            macro = define.split("=")[0]
+            assert re.search(rf"\b{macro}\b", directives), f"{v.name}: {macro} unused"
+    for macro in ("NOFENCE", "NOEVICTGUARD", "TOKENEQ", "CACHEDPODS", "FINISHEDBLOCK",
+                  "NOPODFENCE", "NOJOBSETRECORD", "NOATTEMPTBASE", "NOWLCONFIRM",
+                  "CACHEDJOBSET", "RECORDNONE", "PODRACE"):
+        assert any(macro in v.defines for v in run.VARIANTS), macro
     assert _variant("fenced").defines == ()
+    assert {v.name for v in run.VARIANTS if not v.must_fail} == set(MUST_VERIFY)
 
 
 @needs_spin
@@ -126,5 +159,109 @@ def test_the_pods_must_be_listed_live(results: dict[str, run.Result],
     pods may not: a cache that has not seen the previous execution's pod approves."""
     res = results["cachedpods"]
     _show(capsys, res)
-    assert res.errors >= 1, res.output
-    assert res.prop == "a", res.assertion
+    _fails(res, {"a"})
+
+
+@needs_spin
+def test_a_finished_rank_must_not_block_readmission(
+        results: dict[str, run.Result], capsys: pytest.CaptureFixture[str]) -> None:
+    """Counting finished pods, the gate waits for a Succeeded rank that its suspended Job
+    keeps until it is deleted: readmission would wait for ever."""
+    res = results["finishedblock"]
+    _show(capsys, res)
+    _fails(res, {"d"})
+    assert any("a rank finishes" in step for step in res.story)
+
+
+@needs_spin
+def test_without_the_pod_fence_a_remade_jobset_runs_beside_the_old_one(
+        results: dict[str, run.Result], capsys: pytest.CaptureFixture[str]) -> None:
+    res = results["nopodfence"]
+    _show(capsys, res)
+    _fails(res, {"a", "e"})
+    assert any("someone deletes JobSet" in step for step in res.story)
+    assert res.story[-1].startswith("a pod starts")
+    assert "(0 pods exist)" not in res.story[-1]
+
+
+@needs_spin
+@pytest.mark.parametrize(("name", "props", "step"), [
+    # no approved JobSet: a re-made JobSet runs with the same A and J = 0
+    ("nojobsetrecord", {"c"}, "someone deletes JobSet"),
+    # the rebind raising A by one: the re-made JobSet's J = 0 undoes the old one's restarts
+    ("rebindbyone", {"c"}, "restarts: J = 1"),
+    # the rebind from a stale JobSet cache: two replicas rebind back and forth
+    ("cachedjobset", {"b", "c"}, "reads an older JobSet"),
+    # the approval recording no JobSet: the webhook's check (1) is off until the next one
+    ("recordnone", {"c"}, "the raise will record none"),
+    # the epoch without the attempt's base: attempt 2 starts below attempt 1
+    ("noattemptbase", {"c"}, "attempt 2 starts"),
+    # no live GET of the Workload before the raise
+    ("nowlconfirm", {"b"}, "attempt 2 starts"),
+    ("nowlconfirm-remake", {"b"}, "re-makes the Workload"),
+    # the check removed and no pod fence
+    ("nocheckpodfence", {"e"}, "removes dispatch's check"),
+])
+def test_each_rule_of_the_new_paths_is_needed(name: str, props: set[str], step: str,
+                                              results: dict[str, run.Result],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    res = results[name]
+    _show(capsys, res)
+    _fails(res, props)
+    assert any(step in s for s in res.story), res.story
+
+
+@needs_spin
+@pytest.mark.parametrize(("name", "props", "step"), [
+    # with the check removed, a readmission reruns the same identity
+    ("checkremoval-a", {"a"}, "removes dispatch's check"),
+    # the webhook's reads are not the pod's write
+    ("podrace", {"e"}, "the API server stores the pod admitted earlier"),
+])
+def test_the_known_limits_are_what_the_docs_say(name: str, props: set[str], step: str,
+                                                results: dict[str, run.Result],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    res = results[name]
+    _show(capsys, res)
+    _fails(res, props)
+    assert any(step in s for s in res.story), res.story
+
+
+# --- probes: an assert(false) at a step of a new path must be reached -----------------
+PROBES = {
+    # the rebind raises A for a re-made JobSet
+    "rebind": ("jobsets", "rebound[TOKIX(tokw, tok) * NJS + js_r] = 1;",
+               " assert(false);", False),
+    # the webhook refuses a pod of a job that was admitted through the gate
+    "refusal": ("jobsets", "#ifdef FINISH\n  /* the kubelet: a terminating",
+                "  :: d_step { !suspended && ncreated < NPOD && JS_READY && !POD_OK && A > 0 "
+                "-> assert(false) }\n", True),
+    # a pod of JobSet restart J = 1 starts
+    "restart": ("jobsets", "                nrun++; ncreated++; al_cur = true;",
+                "                assert(J == 0);\n", True),
+    # after a rank finished, the job resumes and runs only the other rank
+    "resume": ("jobsets", "                nrun++; ncreated++; al_cur = true;",
+               "                assert(!(rfirst == false && nfin > 0 && ncreated == 1 "
+               "&& r_A > 1));\n", True),
+    # the live GET of the Workload finds another one, after StopJob and after a re-make
+    "wlcheck-attempt": ("attempts", 'FORGET; printf("MSC: r%d GETs the Workload',
+                        "assert(false); ", True),
+    "wlcheck-remake": ("remake", 'FORGET; printf("MSC: r%d GETs the Workload',
+                       "assert(false); ", True),
+    # Kueue admits without the check, and a pod starts (one the gate approved before)
+    "ungated": ("checkremoval", "                nrun++; ncreated++; al_cur = true;",
+                "                assert(gated || A == 0);\n", True),
+}
+
+
+@needs_spin
+@pytest.mark.parametrize("probe", sorted(PROBES))
+def test_the_new_paths_are_not_vacuous(probe: str, tmp_path: Path) -> None:
+    name, anchor, text, before = PROBES[probe]
+    model = Path(run.MODEL).read_text()
+    assert anchor in model, anchor
+    probed = model.replace(anchor, text + anchor if before else anchor + text, 1)
+    variant = _variant(name)
+    res = run.check(run.Variant(f"probe-{probe}", variant.defines, True, probe, bfs=True),
+                    tmp_path, model=probed)
+    assert res.errors >= 1, f"{probe}: never reached\n{res.output}"
