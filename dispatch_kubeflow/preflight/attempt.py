@@ -86,8 +86,8 @@ async def refuses_unadmitted(kube: KubeAPI, settings: Settings, job: JobID,
     """Why the webhook is not the last fence (None: it refused a real pod of the probe)."""
     try:
         made = await kube.create(POD, dry_run_pod(settings, job, probe_name), settings.namespace)
-    except errors.KubeForbidden as exc:
-        if names.WEBHOOK_NAME in str(exc):  # which webhook refused: evidence, not a class
+    except errors.KubeWebhookDenied as exc:
+        if exc.webhook == names.WEBHOOK_NAME:
             return None
         return (f"a pod of probe TrainJob {probe_name} was refused, but not by "
                 f"{names.WEBHOOK_NAME}: {exc}")
