@@ -144,7 +144,9 @@ async def test_a_deleted_jobset_is_a_new_execution_after_the_old_pods(
 
         new = await eventually(new_running, LINGER + 150, "the re-made JobSet's pods running")
     assert log.overlaps() == []
-    assert {attempt_of(p) for p in new} == {f"{job}.1.1.2.0"}, "A must rise for the new JobSet"
+    # A rises past every identity the old JobSet could reach: 1 + its maxRestarts (3 in
+    # dispatch-kind), since the new JobSet's J starts at 0 again (core.execution.raise_step).
+    assert {attempt_of(p) for p in new} == {f"{job}.1.1.5.0"}, "A must rise past the old J"
     tj = await kube.get(r.TRAINJOB, ref.name, queued)
     assert tj["metadata"]["annotations"][names.APPROVED_JOBSET] == \
         new[0]["metadata"]["labels"][names.JOBSET_UID_LABEL]
