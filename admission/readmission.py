@@ -101,6 +101,13 @@ def ready_message(a: int) -> str:
     return f"no pod of the previous execution is left; admission count A = {a}"
 
 
+def unguarded_message(cluster_queue: str) -> str:
+    return (f"ClusterQueue {cluster_queue} does not list dispatch's admission check: Kueue "
+            "admits this dispatch job without the readmission gate (A is not raised). The pod "
+            "webhook still refuses a pod beside an alive pod of another execution or of the "
+            "same rank; list the check again to restore the gate")
+
+
 def no_jobset_message(trainjob: str) -> str:
     return f"waiting for Trainer to make JobSet {trainjob}, which the approval names"
 
@@ -122,9 +129,11 @@ class Decision:
     must name is not there yet). ``approve``: raise A (if the token says so) and set the
     check Ready. ``rebind``: admitted, but the TrainJob's JobSet is not the one approved (it
     was re-made): raise A for it once the old execution's pods are gone (core.execution).
+    ``unguarded``: a dispatch job's Workload has quota reserved with no check of ours on it
+    (its ClusterQueue stopped listing the check): Kueue admits it without the gate; say so.
     """
 
-    kind: Literal["ignore", "skip", "idle", "wait", "approve", "rebind"]
+    kind: Literal["ignore", "skip", "idle", "wait", "approve", "rebind", "unguarded"]
     reason: str = ""
     check: str = ""
     trainjob: str = ""
@@ -142,6 +151,11 @@ def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str,
     notice a JobSet re-made under an admitted Workload."""
     entry = check_entry(wl, check_names)
     if entry is None:
+        if trainjob is not None and labels_of(trainjob).get(names.JOB_ID_LABEL) \
+                and is_true(wl, "QuotaReserved"):
+            cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or "?"
+            return Decision("unguarded", unguarded_message(str(cq)),
+                            trainjob=trainjob_of(wl) or "")
         return Decision("ignore", "no check of ours on it")
     check = str(entry["name"])
     tj = trainjob_of(wl)
@@ -259,6 +273,8 @@ class Readmission:
         """Set once the indexes are warm: pod listing events after that are a re-list."""
         self._relisted: asyncio.TimerHandle | None = None
         self._skipped: dict[Key, str] = {}
+        self._warned: set[str] = set()
+        """Reservations (tokens) already reported as admitted without our check."""
         self._live: set[Key] = set()
         """Keys whose last write met a 409: judged next from live reads, not the indexes
         (which may still hold the version the 409 refused)."""
@@ -437,6 +453,9 @@ class Readmission:
         if wl is None:
             return
         d = self._decide(wl, self.pods_left(key[0], trainjob_of(wl) or ""))
+        if d.kind == "unguarded":
+            self._unguarded(wl, d)
+            return
         if d.kind == "ignore" or d.kind == "idle":
             return
         if d.kind == "skip":
@@ -444,6 +463,20 @@ class Readmission:
             return
         self._skipped.pop(key, None)
         await self._act(key, d.trainjob)
+
+    def _unguarded(self, wl: Obj, d: Decision) -> None:
+        """A Warning Event on the Workload and a metric, once per reservation (its token)."""
+        token = admission_token(wl)
+        if token in self._warned:
+            return
+        self._warned.add(token)
+        self.metrics.decisions.labels("unguarded").inc()
+        ns, name = key_of(wl)
+        log.warning("workload %s/%s: %s", ns, name, d.reason,
+                    extra={"workload": f"{ns}/{name}", "trainjob": d.trainjob})
+        self._later("AdmittedWithoutCheck", self.events.record(
+            dict(wl), reason="AdmittedWithoutCheck", action="Warn", note=d.reason,
+            type_="Warning", key=f"AdmittedWithoutCheck/{token}"))
 
     def _stale(self, key: Key, what: str) -> None:
         """A fence refused a write (or the token showed our Workload read is older than the

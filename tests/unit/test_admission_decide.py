@@ -178,3 +178,18 @@ def test_a_jobset_remade_under_an_admitted_workload_is_rebound(
     d = decide(wl, check_names=CHECKS, cluster_queues=CQS, pods_left=0, jobset_uid=jobset,
                trainjob=tj)
     assert d.kind == kind
+
+
+def test_a_dispatch_job_reserved_without_our_check_is_reported() -> None:
+    # Issue 26, case 6: the ClusterQueue stopped listing the check, Kueue dropped our entry.
+    wl = workload(check="someone-else")
+    tj = approved_trainjob("js1")
+    d = decide(wl, check_names=CHECKS, cluster_queues=CQS, pods_left=0, jobset_uid="js1",
+               trainjob=tj)
+    assert d.kind == "unguarded"
+    assert "ClusterQueue cq does not list dispatch's admission check" in d.reason
+    # Not a dispatch job, or no quota: nothing to say.
+    assert decide(wl, check_names=CHECKS, cluster_queues=CQS, pods_left=0, jobset_uid=None,
+                  trainjob=None).kind == "ignore"
+    assert decide(workload(check="x", reserved=False), check_names=CHECKS, cluster_queues=CQS,
+                  pods_left=0, jobset_uid=None, trainjob=tj).kind == "ignore"

@@ -611,3 +611,18 @@ async def test_a_later_attempt_s_trainjob_is_not_the_workload_s() -> None:
     w.k.objects[(TRAINJOB.plural, NS, TJ)]["metadata"]["uid"] = "attempt-2"
     await w.act()
     assert names.ADMISSION_COUNT not in w.annotations()
+
+
+async def test_a_reservation_without_our_check_is_reported_once() -> None:
+    w = await world(0)
+    wl = w.k.objects[(WORKLOAD.plural, NS, WL)]
+    wl["status"]["admissionChecks"] = []  # the ClusterQueue stopped listing the check
+    tj = w.k.objects[(TRAINJOB.plural, NS, TJ)]
+    tj["metadata"]["namespace"] = NS
+    for _ in range(2):
+        await w.r.reconcile(KEY)
+        await w.r.settle()
+    (event,) = w.events("AdmittedWithoutCheck")
+    assert event["type"] == "Warning"
+    assert w.decisions("unguarded") == 1
+    assert names.ADMISSION_COUNT not in w.annotations()
