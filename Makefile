@@ -26,11 +26,11 @@ demo: venv
 test: venv lint unit
 	$(PY) -m pytest tests/verify
 	$(PY) -m pytest -m machine tests/cluster
-	$(PY) -m pytest -m 'not machine and not paths' tests/cluster
+	$(PY) -m pytest -m 'not machine' tests/cluster
 
-## paths: the paths that make a pod without the readmission gate (a deleted JobSet, a later
-## attempt, a finished rank, a queue that drops the check) against $$KUBECONFIG or the local
-## cluster; each starts real jobs whose old pods linger 20 s in their TERM handler.
+## paths: only the paths that make a pod without the readmission gate (a deleted JobSet, a
+## later attempt, a finished rank, a queue that drops the check; part of `test` too) against
+## $$KUBECONFIG or the local cluster; old pods linger 20 s in their TERM handler.
 paths: venv
 	$(PY) -m pytest -m paths tests/cluster
 

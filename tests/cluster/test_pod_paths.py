@@ -33,7 +33,6 @@ from tests.cluster.test_adapter_kueue import (  # noqa: F401  (fixtures)
     spec,
 )
 
-# Not in `make test` until they have passed on the local cluster: `make paths` runs them.
 pytestmark = [pytest.mark.cluster, pytest.mark.paths, pytest.mark.asyncio]
 
 LINGER = 20
