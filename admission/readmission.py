@@ -621,16 +621,10 @@ class Readmission:
                     return
                 if not await self._workload_still(wl):
                     return
-                try:
-                    # Fenced: plan.patch carries the resourceVersion of the TrainJob it was
-                    # planned from (raise_patch), so a stale one raises nothing (409).
-                    tj = await self.kube.patch(TRAINJOB, tj_name, plan.patch, ns, kind="merge")
-                except errors.KubeConflict:
-                    self._stale(key, "A")
+                raised_tj = await self._raise(key, tj_name, plan.patch, "A")
+                if raised_tj is None:
                     return
-                except errors.KubeNotFound:  # the index still had a TrainJob that went
-                    self._skip(key, f"TrainJob {tj_name} is gone")
-                    return
+                tj = raised_tj
                 raised = True
                 self.metrics.decisions.labels("raised").inc()
                 log.info("workload %s/%s: raised A to %d", ns, name, plan.count, extra=ctx)
@@ -674,6 +668,22 @@ class Readmission:
                 self._later("AdmissionCountRaised", self._record_admission(
                     tj, plan.count, token, d.check if ready else None))
 
+    async def _raise(self, key: Key, tj_name: str, patch: Obj, what: str) -> Obj | None:
+        """Raise A with ``patch``; the TrainJob as written, or None when nothing was.
+
+        Fenced: the patch carries the resourceVersion of the TrainJob it was planned from
+        (raise_patch, plan_rebind), so a plan made from an older version raises nothing
+        (409, judged again from live reads)."""
+        try:
+            written: Obj = await self.kube.patch(TRAINJOB, tj_name, patch, key[0], kind="merge")
+        except errors.KubeConflict:
+            self._stale(key, what)
+            return None
+        except errors.KubeNotFound:  # the index still had a TrainJob that went
+            self._skip(key, f"TrainJob {tj_name} is gone")
+            return None
+        return written
+
     async def _workload_still(self, wl: Obj) -> bool:
         """Whether the Workload judged is still there, the same object (UID) and not being
         deleted, read live after the TrainJob and right before A is raised for it. The raise
@@ -712,15 +722,10 @@ class Readmission:
             return
         if not self.elector.is_leader() or not await self._workload_still(wl):
             return
-        try:
-            # Fenced: the patch carries the resourceVersion of the TrainJob it was planned
-            # from, so a replica that planned from an older one raises nothing (409).
-            tj = await self.kube.patch(TRAINJOB, tj_name, plan.patch, ns, kind="merge")
-        except errors.KubeConflict:
-            self._stale(key, "A for the re-made JobSet")
+        raised_tj = await self._raise(key, tj_name, plan.patch, "A for the re-made JobSet")
+        if raised_tj is None:
             return
-        except errors.KubeNotFound:
-            return
+        tj = raised_tj
         self.metrics.decisions.labels("rebound").inc()
         log.info("workload %s/%s: %s; raised A to %d", ns, name, plan.reason, plan.count,
                  extra={**ctx, "admission_count": plan.count})
