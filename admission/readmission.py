@@ -151,11 +151,13 @@ def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str,
     notice a JobSet re-made under an admitted Workload."""
     entry = check_entry(wl, check_names)
     if entry is None:
+        cq = str(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
+        # Only once the ClusterQueue (as indexed) lists none of our checks: right after the
+        # reservation Kueue may not have added our entry yet.
         if trainjob is not None and labels_of(trainjob).get(names.JOB_ID_LABEL) \
-                and is_true(wl, "QuotaReserved"):
-            cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or "?"
-            return Decision("unguarded", unguarded_message(str(cq)),
-                            trainjob=trainjob_of(wl) or "")
+                and is_true(wl, "QuotaReserved") and cq in cluster_queues \
+                and not cluster_queues[cq] & check_names:
+            return Decision("unguarded", unguarded_message(cq), trainjob=trainjob_of(wl) or "")
         return Decision("ignore", "no check of ours on it")
     check = str(entry["name"])
     tj = trainjob_of(wl)

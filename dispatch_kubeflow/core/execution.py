@@ -8,8 +8,11 @@ still holds admitted, Kueue admitting once a ClusterQueue no longer lists the ch
 unsuspending a TrainJob. So the pod webhook judges every dispatch pod at its creation by the
 rule here, which both the controller and the library read:
 
-* a pod is **alive** unless its phase is ``Succeeded`` or ``Failed``: a terminating pod (in
-  its TERM handler) is alive, a finished rank is not, and never blocks anything;
+* a pod is **alive** while it may still run or is still being torn down: any phase but
+  ``Succeeded`` and ``Failed``, or any phase at all once it is being deleted (a pod in its
+  TERM handler, or one whose containers ended on TERM and that is not gone yet: the gate
+  has always waited for those to go). A finished pod nobody deletes — a rank that ended
+  before a hold, which its suspended Job keeps — is not alive, and never blocks anything;
 * the gate's approval names the JobSet the execution runs as: the raise of A records the
   JobSet's UID on the TrainJob (``dispatch.phpboyscout.uk/approved-jobset``), in the same
   fenced patch (:func:`approval_annotations`);
@@ -42,9 +45,11 @@ FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 def is_alive(pod: Obj) -> bool:
-    """Whether the pod may still run: any phase but Succeeded and Failed (a pod being
-    deleted is alive until it is gone or has finished)."""
-    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
+    """Whether the pod may still run or is still being torn down: not Succeeded or Failed,
+    or being deleted (until it is gone). Stricter than "not finished" alone, which the model
+    checks (verify/): a finished pod being deleted still counts, as it always did."""
+    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES \
+        or bool(meta(pod).get("deletionTimestamp"))
 
 
 def alive(pods: Iterable[Obj]) -> list[Obj]:

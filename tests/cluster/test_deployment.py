@@ -103,7 +103,10 @@ async def test_both_replicas_ready_on_the_control_plane_one_leads_both_serve(
               "request": {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1",
                                                              "kind": "Pod"},
                           "resource": {"group": "", "version": "v1", "resource": "pods"},
-                          "operation": "CREATE", "namespace": ns, "object": pod}}
+                          "operation": "CREATE", "namespace": ns, "object": pod,
+                          # Nothing is made: a dry-run gets the identity unfenced (the pod is
+                          # of no JobSet, which a real create would be refused for).
+                          "dryRun": True}}
     out = json.loads(kubectl(
         kubeconfig, "create", "--raw",
         f"/api/v1/namespaces/{NS}/pods/https:{standby}:9443/proxy/mutate-pods", "-f", "-",

@@ -213,7 +213,12 @@ def approved(a: str, jobset: str | None) -> dict[str, Any]:
     # ... and even once approved, while a pod of the old JobSet is alive (the last fence).
     (pod(**{names.JOBSET_UID_LABEL: "js2"}), approved("2", "js2"), [running("old")], False,
      "waiting for 1 pods of another execution"),
-    # The old pod finished: nothing to wait for.
+    # The old pod ended on TERM but is not gone yet: still waited for.
+    (pod(**{names.JOBSET_UID_LABEL: "js2"}), approved("2", "js2"),
+     [{**running("old", phase="Failed"),
+       "metadata": {**running("old")["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}],
+     False, "another execution"),
+    # The old pod finished and nobody deletes it: nothing to wait for.
     (pod(**{names.JOBSET_UID_LABEL: "js2"}), approved("2", "js2"),
      [running("old", phase="Succeeded")], True, ""),
     # Admitted without the gate (check dropped from the queue, case 6): A unchanged, a pod

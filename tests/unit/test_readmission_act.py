@@ -617,6 +617,7 @@ async def test_a_reservation_without_our_check_is_reported_once() -> None:
     w = await world(0)
     wl = w.k.objects[(WORKLOAD.plural, NS, WL)]
     wl["status"]["admissionChecks"] = []  # the ClusterQueue stopped listing the check
+    w.r.caches._cluster_queues = {"cq": [frozenset()]}
     tj = w.k.objects[(TRAINJOB.plural, NS, TJ)]
     tj["metadata"]["namespace"] = NS
     for _ in range(2):
