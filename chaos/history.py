@@ -41,10 +41,7 @@ class Attempt:
 
     @classmethod
     def parse(cls, text: str) -> Attempt:
-        parts = text.rsplit(".", 4)
-        if len(parts) != 5 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
-            raise ValueError(f"DISPATCH_ATTEMPT {text!r} is not <job>.<sub>.<attempt>.<A>.<J>")
-        return cls(parts[0], *(int(p) for p in parts[1:]))
+        return cls(*identity.split_attempt_id(text))  # IdentityError is a ValueError
 
     @property
     def r(self) -> int:

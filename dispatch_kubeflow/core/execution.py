@@ -31,12 +31,13 @@ live for each pod it judges.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.core.identity import IdentityError, parse_count
+from dispatch_kubeflow.core.identity import IdentityError, parse_count, split_attempt_id
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 
 Obj = Mapping[str, Any]
@@ -85,24 +86,21 @@ def _env_value(pod: Obj, name: str) -> str | None:
 def execution_of(pod: Obj) -> Execution:
     """The execution a pod that exists belongs to: its JobSet UID and J from JobSet's labels,
     A from the ``DISPATCH_ATTEMPT`` the webhook gave it."""
-    labels = labels_of(pod)
-    try:
-        j = parse_count(labels.get(names.RESTART_ATTEMPT_LABEL), names.RESTART_ATTEMPT_LABEL)
-    except IdentityError:
-        j = -1  # unreadable: never equal to a readable J, so it counts as another execution
-    a: int | None = None
-    attempt = _env_value(pod, names.ENV_ATTEMPT)
-    if attempt:
-        parts = attempt.rsplit(".", 4)
-        if len(parts) == 5 and parts[3].isdigit():
-            a = int(parts[3])
-    return Execution(jobset_uid_of(pod), a, j)
+    a: int | None = None  # no identity of ours: never equal to an admitted pod's
+    with contextlib.suppress(IdentityError):
+        a = split_attempt_id(_env_value(pod, names.ENV_ATTEMPT) or "")[3]
+    return Execution(jobset_uid_of(pod), a, _restarts(labels_of(pod)))
+
+
+def _marked(pod: Obj, key: str) -> str:
+    """A JobSet or Job controller key, from the pod's labels or else its annotations (both
+    carry them)."""
+    return str(labels_of(pod).get(key) or annotations_of(pod).get(key) or "")
 
 
 def jobset_uid_of(pod: Obj) -> str:
-    """The UID of the JobSet that made the pod (JobSet's label, or its annotation)."""
-    return str(labels_of(pod).get(names.JOBSET_UID_LABEL)
-               or annotations_of(pod).get(names.JOBSET_UID_LABEL) or "")
+    """The UID of the JobSet that made the pod."""
+    return _marked(pod, names.JOBSET_UID_LABEL)
 
 
 def approved_jobset(trainjob: Obj | None) -> str:
@@ -122,8 +120,6 @@ class PodVerdict:
 
     allowed: bool
     reason: str = ""
-    waiting_for: tuple[str, ...] = ()
-    """Names of the alive pods of another execution (when refused for them)."""
 
 
 def judge_pod(pod: Obj, trainjob: Obj, admissions: int, pods: Sequence[Obj], *,
@@ -160,23 +156,20 @@ def judge_pod(pod: Obj, trainjob: Obj, admissions: int, pods: Sequence[Obj], *,
         return PodVerdict(False, f"{job}: waiting for {len(others)} pods of another execution "
                                  f"or of the same rank to go ({shown}; {first}) before this "
                                  f"pod of {mine.describe()} may run: two pods of a job run at "
-                                 "once only as different ranks of one execution", names_)
+                                 "once only as different ranks of one execution")
     return PodVerdict(True)
 
 
 def rank_of(pod: Obj) -> tuple[str, str, str]:
     """Which rank a pod runs: its replicated job, Job index and completion index (JobSet's
     and the Job controller's labels; annotations where a label is missing)."""
-    labels, ann = labels_of(pod), annotations_of(pod)
-
-    def read(key: str) -> str:
-        return str(labels.get(key) or ann.get(key) or "")
-
-    return (read(names.REPLICATED_JOB_LABEL), read(names.JOB_INDEX_LABEL),
-            read(names.COMPLETION_INDEX_LABEL))
+    return (_marked(pod, names.REPLICATED_JOB_LABEL), _marked(pod, names.JOB_INDEX_LABEL),
+            _marked(pod, names.COMPLETION_INDEX_LABEL))
 
 
 def _restarts(labels: Mapping[str, str]) -> int:
+    """J from JobSet's label; -1 when unreadable, never equal to a readable J, so such a pod
+    counts as another execution."""
     try:
         return parse_count(labels.get(names.RESTART_ATTEMPT_LABEL), names.RESTART_ATTEMPT_LABEL)
     except IdentityError:

@@ -95,6 +95,17 @@ def epoch(submission: int, r: int, attempt: int = 1) -> int:
     return int(submission * 10**R_DIGITS + (attempt - 1) * ATTEMPT_SPAN + r)
 
 
+def split_attempt_id(text: str) -> tuple[str, int, int, int, int]:
+    """``<job>.<submission>.<attempt>.<A>.<J>`` as (job, submission, attempt, A, J); an
+    IdentityError when the text does not have that shape."""
+    parts = text.rsplit(".", 4)
+    if len(parts) != 5 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
+        raise IdentityError(f"{names.ENV_ATTEMPT} {text!r} is not "
+                            "<job>.<submission>.<attempt>.<A>.<J>")
+    sub, att, a, j = (int(p) for p in parts[1:])
+    return parts[0], sub, att, a, j
+
+
 def parse_count(value: str | None, field: str) -> int:
     """Read a non-negative count written as a label or annotation ("" or None is 0)."""
     if value is None or value == "":
