@@ -1,10 +1,13 @@
 """Release Kueue-mode holds whose hold-until has passed.
 
-A hold is ``spec.active=false`` plus the ``hold-*`` annotations on the Workload
-(docs/design.md "Holds"). Each held Workload gets one timer at its hold-until (no poll of
-everything); when it fires the leader re-reads the Workload and, if the same hold instance is
-still there and expired, sets ``spec.active=true`` and removes the annotations in one merge
-patch with a resourceVersion precondition (so a hold renewed meanwhile is never released).
+A hold is ``spec.active=false`` plus the ``hold-*`` annotations on the Workload, and the
+same annotations on its TrainJob (core.hold; docs/design.md "Holds"). Each held Workload
+gets one timer at its hold-until (no poll of everything); when it fires the leader re-reads
+the Workload and, if the same hold instance is still there and expired, first removes the
+TrainJob's record (as Release does: the controller puts back a hold the TrainJob still
+records), then sets ``spec.active=true`` and removes the Workload's annotations. Each is one
+merge patch with a resourceVersion precondition (so a hold renewed meanwhile is never
+released).
 """
 
 from __future__ import annotations
@@ -13,14 +16,14 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
-from admission.intake import Caches, Feed, Key, Obj, key_of
+from admission.intake import Caches, Feed, Key, Obj, key_of, trainjob_of
 from admission.lease import LeaderElector
 from admission.observability import Metrics
-from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core import errors, hold, names
 from dispatch_kubeflow.core.objects import annotations_of
 from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import WORKLOAD
+from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +109,13 @@ class HoldExpiry:
         if not await self.elector.confirm():
             return
         instance = annotations_of(wl).get(names.HOLD_INSTANCE)
+        tj_name = trainjob_of(wl)
+        read = await self.kube.get_or_none(TRAINJOB, tj_name, ns) if tj_name else None
+        tj = hold.of_trainjob(wl, read)
+        if tj is not None and hold.instance(tj) == hold.instance(wl):
+            # The TrainJob's record first; a 409 (it changed) is judged again by _release.
+            await self.kube.patch(TRAINJOB, str(tj_name), hold.clear_patch(tj), ns,
+                                  kind="merge")
         await self.kube.patch(WORKLOAD, name, release_patch(wl), ns, kind="merge")
         self.metrics.holds_released.inc()
         log.info("released expired hold of workload %s/%s", ns, name,

@@ -49,7 +49,7 @@ from admission.intake import (
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
 from admission.workqueue import WorkQueue
-from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core import errors, hold, names
 from dispatch_kubeflow.core.admission_count import admission_token, plan_admission
 from dispatch_kubeflow.core.admission_count import admissions as admissions_of
 from dispatch_kubeflow.core.execution import (
@@ -61,7 +61,13 @@ from dispatch_kubeflow.core.execution import (
     plan_rebind,
     raise_step,
 )
-from dispatch_kubeflow.core.objects import annotations_of, condition, is_true, labels_of
+from dispatch_kubeflow.core.objects import (
+    annotations_of,
+    condition,
+    controller_uid,
+    is_true,
+    labels_of,
+)
 from dispatch_kubeflow.core.times import format_time, parse_time
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import JOBSET, POD, TRAINJOB, WORKLOAD
@@ -131,9 +137,11 @@ class Decision:
     was re-made): raise A for it once the old execution's pods are gone (core.execution).
     ``unguarded``: a dispatch job's Workload has quota reserved with no check of ours on it
     (its ClusterQueue stopped listing the check): Kueue admits it without the gate; say so.
+    ``hold``: the TrainJob records a hold its Workload does not carry (the Workload was
+    re-made under the hold): put the hold back on it (core.hold).
     """
 
-    kind: Literal["ignore", "skip", "idle", "wait", "approve", "rebind", "unguarded"]
+    kind: Literal["ignore", "skip", "idle", "wait", "approve", "rebind", "unguarded", "hold"]
     reason: str = ""
     check: str = ""
     trainjob: str = ""
@@ -163,6 +171,15 @@ def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str,
     tj = trainjob_of(wl)
     if tj is None:
         return Decision("skip", "not owned by a TrainJob", check=check)
+    # A held job is never approved, whatever its Workload says: the hold outlives a
+    # Workload re-made under it (core.hold). Before the rebind and the approval.
+    held = hold.instance(hold.of_trainjob(wl, trainjob))
+    if held:
+        if hold.lacks_hold(trainjob, wl):
+            return Decision("hold", f"TrainJob {tj} is held (instance {held}) and its "
+                            "Workload is not", check=check, trainjob=tj)
+        return Decision("idle", f"TrainJob {tj} is held (instance {held})", check=check,
+                        trainjob=tj)
     if entry.get("state") == READY and _rebound(wl, trainjob, jobset_uid):
         return Decision("rebind", f"JobSet {jobset_uid} is not the approved "
                         f"{approved_jobset(trainjob)}", check=check, trainjob=tj)
@@ -244,10 +261,7 @@ def quota_reserved_at(wl: Obj) -> datetime | None:
 
 def owner_uid(wl: Mapping[str, Any]) -> str:
     """The UID of the TrainJob that controls this Workload ("" when none is recorded)."""
-    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "TrainJob" and ref.get("controller"):
-            return str(ref.get("uid") or "")
-    return ""
+    return controller_uid(wl, "TrainJob")
 
 
 # --- the I/O ------------------------------------------------------------------------------
@@ -464,7 +478,49 @@ class Readmission:
             self._skip(key, d.reason)
             return
         self._skipped.pop(key, None)
+        if d.kind == "hold":
+            await self._keep_hold(key, d.trainjob)
+            return
         await self._act(key, d.trainjob)
+
+    async def _keep_hold(self, key: Key, tj_name: str) -> None:
+        """Put the TrainJob's hold back on its Workload (re-made under the hold).
+
+        The TrainJob is read live, after the Workload: Release clears the TrainJob's record
+        before it reactivates the Workload, so a record still there when read live belongs
+        to a hold whose Workload release has not happened yet, and the write carries the
+        resourceVersion of the Workload judged (core.hold.keep_patch): a release that lands
+        first makes it a 409, never a hold put back on a released job."""
+        ns, name = key
+        live = key in self._live
+        self._live.discard(key)
+        wl = await self._workload(ns, name, live)
+        if wl is None:
+            return
+        tj = await self._trainjob(wl, ns, tj_name, True)
+        if not hold.lacks_hold(tj, wl):
+            return
+        held = hold.record(tj) or {}
+        if not self.elector.is_leader():
+            return
+        try:
+            await self.kube.patch(WORKLOAD, name, hold.keep_patch(wl, held), ns, kind="merge")
+        except errors.KubeConflict:
+            self._stale(key, "the hold")
+            return
+        except errors.KubeNotFound:
+            return  # the Workload went; Kueue makes another, judged when it comes
+        self.metrics.decisions.labels("held").inc()
+        instance = held.get(names.HOLD_INSTANCE, "")
+        note = (f"TrainJob {tj_name} records hold instance {instance} and its Workload "
+                "carried none (made after the hold, or the hold not written there yet): "
+                "deactivated it with the same record")
+        log.info("workload %s/%s: %s", ns, name, note,
+                 extra={"workload": f"{ns}/{name}", "trainjob": tj_name,
+                        "hold_instance": instance})
+        self._later("HoldKept", self.events.record(
+            dict(wl), reason="HoldKept", action="Deactivate", note=note,
+            key=f"HoldKept/{(wl.get('metadata') or {}).get('uid')}/{instance}"))
 
     def _unguarded(self, wl: Obj, d: Decision) -> None:
         """A Warning Event on the Workload and a metric, once per reservation (its token)."""
@@ -579,6 +635,8 @@ class Readmission:
         if tj is None:
             self._skip(key, f"TrainJob {tj_name} is gone")
             return
+        if hold.instance(tj):
+            return  # held since the index showed it: its TrainJob event judges it again
         token = admission_token(wl)
         # The approval names the JobSet it lets run (core.execution): its pods alone pass
         # the webhook. From the index, else read live; read live too when it is not the one
@@ -714,7 +772,7 @@ class Readmission:
         jobset = await self.kube.get_or_none(JOBSET, tj_name, ns)
         jobset_uid = str(((jobset or {}).get("metadata") or {}).get("uid") or "")
         tj = await self._trainjob(wl, ns, tj_name, live)
-        if tj is None or jobset is None or not jobset_uid:
+        if tj is None or jobset is None or not jobset_uid or hold.instance(tj):
             return
         others = sum(1 for p in alive(pods) if jobset_uid_of(p) != jobset_uid)
         plan = plan_rebind(tj, admissions_of(tj), jobset, others)

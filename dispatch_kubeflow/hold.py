@@ -1,12 +1,17 @@
 """Hold and release.
 
-Kueue mode: a hold deactivates the job's Workload (``spec.active=false``) and records
-itself in the Workload's annotations ``dispatch.phpboyscout.uk/hold-instance``,
-``hold-since``, ``hold-until``, ``hold-who`` and ``hold-reason``; Kueue evicts the Workload
-and suspends the TrainJob, which ends the execution. Release reactivates the Workload and
-removes the annotations in one JSON patch whose ``test`` op checks the hold instance, so a
-release never removes another instance's hold. An expired hold (``hold-until`` in the past)
-is released by the admission controller, which watches Workloads anyway.
+Kueue mode: a hold records itself on the TrainJob (the annotations
+``dispatch.phpboyscout.uk/hold-instance``, ``hold-since``, ``hold-until``, ``hold-who`` and
+``hold-reason``, without suspending it), then deactivates the job's Workload
+(``spec.active=false``) with the same annotations; Kueue evicts the Workload and suspends
+the TrainJob, which ends the execution. The TrainJob's record outlives a re-made Workload:
+the admission controller never approves a Workload of a held TrainJob and puts the hold
+back on it (:mod:`dispatch_kubeflow.core.hold`). Release removes the TrainJob's record
+first (so the controller never puts a released hold back), then reactivates the Workload
+and removes its annotations, each in one JSON patch whose ``test`` op checks the hold
+instance, so a release never removes another instance's hold. An expired hold
+(``hold-until`` in the past) is released by the admission controller, which watches
+Workloads anyway.
 
 Plain mode: the same annotations go on the TrainJob with ``spec.suspend=true``. Release
 waits until no pod of the job remains, then raises A, removes the annotations and
@@ -29,12 +34,12 @@ from dispatch_kubeflow import errors
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.core.hold import instance as hold_instance
 from dispatch_kubeflow.core.objects import annotations_of, meta
 from dispatch_kubeflow.core.times import format_time
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import HoldMeta
-from dispatch_kubeflow.state import hold_instance
 
 _RETRIES = 8
 
@@ -83,7 +88,8 @@ def release_patch(obj: Mapping[str, Any], instance: int, *,
 # --- Kueue mode -------------------------------------------------------------------------------
 
 
-async def hold_workload(kube: KubeAPI, workload: Mapping[str, Any], hold: HoldMeta) -> None:
+async def hold_workload(kube: KubeAPI, workload: Mapping[str, Any], hold: HoldMeta,
+                       now: datetime | None = None) -> None:
     """Deactivate the Workload and record the hold (idempotent for the same instance)."""
     ns, name = meta(workload)["namespace"], meta(workload)["name"]
     current: Mapping[str, Any] | None = workload
@@ -97,7 +103,7 @@ async def hold_workload(kube: KubeAPI, workload: Mapping[str, Any], hold: HoldMe
         if held == hold.instance and (current.get("spec") or {}).get("active") is False:
             return
         patch = {"metadata": {"resourceVersion": meta(current).get("resourceVersion"),
-                              "annotations": hold_annotations(hold)},
+                              "annotations": hold_annotations(hold, now)},
                  "spec": {"active": False}}
         try:
             await kube.patch(WORKLOAD, name, patch, ns)
@@ -132,11 +138,39 @@ async def release_workload(kube: KubeAPI, workload: Mapping[str, Any], instance:
     raise errors.KubeConflict(f"Workload {ns}/{name} kept changing; the release gave up")
 
 
-# --- plain mode -------------------------------------------------------------------------------
+async def clear_trainjob_hold(kube: KubeAPI, namespace: str, name: str, instance: int) -> bool:
+    """Kueue mode: remove the TrainJob's record of hold ``instance`` (False: it records
+    none). One JSON patch whose ``test`` op checks the instance; the TrainJob stays as
+    Kueue keeps it (suspended until the Workload is admitted again)."""
+    for _ in range(_RETRIES):
+        trainjob = await kube.get_or_none(TRAINJOB, name, namespace)
+        if trainjob is None:
+            raise errors.NotFound(f"TrainJob {namespace}/{name} not found")
+        held = hold_instance(trainjob)
+        if not held:
+            return False
+        if held != instance:
+            raise errors.HoldError(f"TrainJob {namespace}/{name} is held as instance {held}, "
+                                   f"not {instance}; the hold stays")
+        try:
+            await kube.patch(TRAINJOB, name, release_patch(trainjob, instance, reactivate=False),
+                             namespace, kind="json")
+            return True
+        except errors.KubeWebhookDenied:
+            raise  # a webhook refused: reading again changes nothing
+        except errors.KubeInvalid:
+            continue  # the test op failed: the record changed meanwhile; judge again
+    raise errors.KubeConflict(f"TrainJob {namespace}/{name} kept changing; the release gave up")
 
 
-async def hold_trainjob(kube: KubeAPI, namespace: str, name: str, hold: HoldMeta) -> None:
-    """Suspend the TrainJob and record the hold on it (idempotent for the same instance)."""
+# --- the TrainJob's record: plain mode's hold, and Kueue mode's copy of it --------------------
+
+
+async def hold_trainjob(kube: KubeAPI, namespace: str, name: str, hold: HoldMeta, *,
+                        suspend: bool = True, now: datetime | None = None) -> None:
+    """Record the hold on the TrainJob and (plain mode) suspend it; idempotent for the same
+    instance. Kueue mode records it without suspending (Kueue suspends the TrainJob when
+    the Workload is deactivated)."""
     for _ in range(_RETRIES):
         trainjob = await kube.get_or_none(TRAINJOB, name, namespace)
         if trainjob is None:
@@ -147,9 +181,12 @@ async def hold_trainjob(kube: KubeAPI, namespace: str, name: str, hold: HoldMeta
                                    f"{held}; release that first")
         if held == hold.instance:
             return
-        patch = {"metadata": {"resourceVersion": meta(trainjob).get("resourceVersion"),
-                              "annotations": hold_annotations(hold)},
-                 "spec": {"suspend": True}}
+        # Fenced by the version read: a hold or release written meanwhile is judged again.
+        patch: dict[str, Any] = {"metadata": {
+            "resourceVersion": meta(trainjob).get("resourceVersion"),
+            "annotations": hold_annotations(hold, now)}}
+        if suspend:
+            patch["spec"] = {"suspend": True}
         try:
             await kube.patch(TRAINJOB, name, patch, namespace)
             return

@@ -2,7 +2,8 @@
 
 A TrainJob is created with Kueue's queue labels and dispatch's ``admission-gated-by`` gate,
 and Start waits for Kueue's Workload; Open removes the gate (:mod:`dispatch_kubeflow.gate`);
-Hold and Release act on the Workload (:mod:`dispatch_kubeflow.hold`), and the admission
+Hold and Release act on the TrainJob's record and the Workload
+(:mod:`dispatch_kubeflow.hold`), and the admission
 controller releases an expired hold and raises A. This is the only module that reads the
 settings' ``kueue`` section.
 """
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from dispatch_kubeflow import errors, find, gate, hold, preflight, state
+from dispatch_kubeflow.core import hold as core_hold
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.find import KINDS
@@ -105,13 +107,35 @@ class KueueMode:
     # --- hold and release -----------------------------------------------------------------
     async def hold(self, kube: KubeAPI, ref: ObjectRef, meta: HoldMeta) -> None:
         workload = await self._require_workload(kube, ref)
+        held = core_hold.instance(workload)
+        now = datetime.now(UTC)
         with _naming(ref):
-            await hold.hold_workload(kube, workload, meta)
+            if held and held != meta.instance:  # before anything is written
+                raise errors.HoldError(f"Workload {_name(workload)} is already held as "
+                                       f"instance {held}; release that first")
+            # The TrainJob first: its record outlives a re-made Workload (core.hold).
+            await hold.hold_trainjob(kube, ref.namespace, ref.name, meta, suspend=False,
+                                     now=now)
+            await hold.hold_workload(kube, workload, meta, now=now)
 
     async def release(self, kube: KubeAPI, ref: ObjectRef, instance: int) -> bool:
-        workload = await self._require_workload(kube, ref)
+        trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
+        if trainjob is None:
+            raise errors.NotFound(f"TrainJob {ref.id} not found")
+        workload = await self.workload(kube, trainjob)
         with _naming(ref):
-            return await hold.release_workload(kube, workload, instance)
+            for kind, obj in (("TrainJob", trainjob), ("Workload", workload)):
+                held = core_hold.instance(obj)  # refused before anything is written
+                if held and held != instance:
+                    raise errors.HoldError(f"{kind} {_name(obj)} "
+                                           f"is held as instance {held}, not {instance}; "
+                                           "the hold stays")
+            # The TrainJob's record first: the controller puts a hold it still records back
+            # on the Workload, so clearing the Workload first could be undone.
+            cleared = await hold.clear_trainjob_hold(kube, ref.namespace, ref.name, instance)
+            released = workload is not None and \
+                await hold.release_workload(kube, workload, instance)
+        return cleared or released
 
     async def _require_workload(self, kube: KubeAPI, ref: ObjectRef) -> Obj:
         trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
@@ -147,6 +171,11 @@ class KueueMode:
     def judge_a_writes(self, probe: str, who: str, a_write: errors.KubeError | None,
                        control: errors.KubeError | None) -> CapabilityStatus:
         return preflight.judge_kueue_a_writes(probe, who, a_write, control)
+
+
+def _name(obj: Mapping[str, Any] | None) -> str:
+    m = meta(obj)
+    return f"{m.get('namespace')}/{m.get('name')}"
 
 
 @contextlib.contextmanager

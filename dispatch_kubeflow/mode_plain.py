@@ -18,6 +18,7 @@ from dispatch_kubeflow import errors, hold, observe, preflight, state
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.execution import alive
+from dispatch_kubeflow.core.hold import instance as hold_instance
 from dispatch_kubeflow.find import KINDS
 from dispatch_kubeflow.informer import Feed, Informers
 from dispatch_kubeflow.jobs import Listed
@@ -56,14 +57,14 @@ class PlainMode:
         trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
         if trainjob is None:
             raise errors.NotFound(f"TrainJob {ref.id} not found")
-        if state.hold_instance(trainjob):
+        if hold_instance(trainjob):
             raise errors.HoldError(
-                f"TrainJob {ref.id} is held (instance {state.hold_instance(trainjob)}): in "
+                f"TrainJob {ref.id} is held (instance {hold_instance(trainjob)}): in "
                 "plain mode the start gate and the hold are both spec.suspend, so open it "
                 "after Release")
 
         def never_opened(tj: Mapping[str, Any]) -> bool:
-            return admissions(tj) == 0 and not state.hold_instance(tj)
+            return admissions(tj) == 0 and not hold_instance(tj)
 
         async with within(deadline_after(self.settings.timeouts.start), f"Open of {ref.id}"):
             await admit_plain(kube, ref.namespace, ref.name, should_admit=never_opened)

@@ -13,11 +13,13 @@ row    condition                                                          state 
 2      TrainJob has a deletionTimestamp                                   gone        0
 3      TrainJob condition ``Complete=True``                               succeeded   0
 4      TrainJob condition ``Failed=True``                                 failed      0
-5      dispatch's hold annotations (Kueue: on the Workload; plain: on     holding if  n
-       the TrainJob), hold-instance n                                     alive pods,
-                                                                          else held
+5      dispatch's hold annotations (Kueue: on the Workload, else on the   holding if  n
+       TrainJob; plain: on the TrainJob), hold-instance n                 alive pods
+                                                                          or not sus-
+                                                                          pended, else
+                                                                          held
 6      Kueue: Workload ``spec.active=false`` without dispatch's hold;     holding /   0
-       plain: ``spec.suspend=true`` after the job was opened (A > 0)      held
+       plain: ``spec.suspend=true`` after the job was opened (A > 0)      held (as 5)
        without dispatch's hold — someone else stopped it
 7      Kueue: ``kueue.x-k8s.io/admission-gated-by`` on the TrainJob       gated       0
        non-empty; plain: ``spec.suspend=true`` and never opened (A = 0)
@@ -47,7 +49,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import hold, names
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.execution import alive
 from dispatch_kubeflow.core.identity import IdentityError, parse_count
@@ -98,25 +100,6 @@ def restarts(pod: Obj) -> int:
         return 0
 
 
-def hold_instance(obj: Obj | None) -> int:
-    """dispatch's hold instance recorded on the object (0: no hold)."""
-    raw = annotations_of(obj).get(names.HOLD_INSTANCE)
-    if raw is None:
-        return 0
-    try:
-        return max(parse_count(raw, "hold-instance"), 1)
-    except IdentityError:
-        return 1  # a hold we cannot read is still a hold
-
-
-def hold_record(obj: Obj | None) -> Mapping[str, str] | None:
-    """The hold annotations, when the object carries dispatch's hold."""
-    ann = annotations_of(obj)
-    if names.HOLD_INSTANCE not in ann:
-        return None
-    return {k: ann[k] for k in names.HOLD_ANNOTATIONS if k in ann}
-
-
 # --- the table ---------------------------------------------------------------------------------
 
 
@@ -145,9 +128,13 @@ def observe(trainjob: Obj | None, workload: Obj | None, pods: Sequence[Obj]) -> 
             return obs(state, str(cond.get("message") or ""), str(cond.get("reason") or kind))
 
     kueue = is_kueue(trainjob)
-    holder = workload if kueue else trainjob
-    record = hold_record(holder)
-    stopping = ObjectState.HOLDING if n_alive else ObjectState.HELD
+    # Kueue mode: the Workload's record, else the TrainJob's (it outlives a re-made Workload).
+    holder = hold.kueue_holder(trainjob, workload) if kueue else trainjob
+    record = hold.record(holder)
+    # Held once nothing runs and nothing more can start: no alive pod, and the TrainJob
+    # suspended (Kueue suspends it when it evicts the deactivated Workload; until then its
+    # Job may still be making pods).
+    stopping = ObjectState.HOLDING if n_alive or not suspended(trainjob) else ObjectState.HELD
     if record is not None:
         who = record.get(names.HOLD_WHO, "")
         why = record.get(names.HOLD_REASON, "")
@@ -156,7 +143,9 @@ def observe(trainjob: Obj | None, workload: Obj | None, pods: Sequence[Obj]) -> 
             detail += f": {why}"
         if n_alive:
             detail += f"; waiting for {n_alive} pods to go"
-        return obs(stopping, detail, "Held", hold=hold_instance(holder),
+        elif not suspended(trainjob):
+            detail += "; waiting for the TrainJob to be suspended"
+        return obs(stopping, detail, "Held", hold=hold.instance(holder),
                    until=parse_time(record.get(names.HOLD_UNTIL)))
 
     if kueue and workload is not None and (workload.get("spec") or {}).get("active") is False:

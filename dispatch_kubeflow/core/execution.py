@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import hold, names
 from dispatch_kubeflow.core.identity import IdentityError, parse_count, split_attempt_id
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 
@@ -127,7 +127,8 @@ def judge_pod(pod: Obj, trainjob: Obj, admissions: int, pods: Sequence[Obj], *,
     """Whether ``pod`` (being created, for ``trainjob`` whose A is ``admissions``) is part of
     the execution the gate approved, with ``pods`` the job's pods that exist now.
 
-    Refused: a pod of a job the gate never approved (A = 0); a pod of a JobSet other than
+    Refused: a pod of a job the gate never approved (A = 0); a pod of a held or suspended
+    TrainJob; a pod of a JobSet other than
     the approved one; a pod while an alive pod of another execution of the job, or of the
     same rank, is still there. A dry-run creates nothing, so there is nothing to fence: it
     passes, and shows the identity a pod would get (the preflight's injection proof).
@@ -142,6 +143,16 @@ def judge_pod(pod: Obj, trainjob: Obj, admissions: int, pods: Sequence[Obj], *,
     if admissions == 0:
         return PodVerdict(False, f"{job} was never admitted through dispatch's gate "
                                  "(admission count A = 0): no pod of it may run yet")
+    # A held or suspended job makes no new pod: its Job may still be creating the ranks it
+    # had not made yet when the hold (or Kueue's eviction) came, and they would start after
+    # Inspect said held.
+    held = hold.instance(trainjob)
+    if held:
+        return PodVerdict(False, f"{job} is held (hold instance {held}): no pod of it may "
+                                 "start until it is released")
+    if ((trainjob.get("spec") or {}).get("suspend")):
+        return PodVerdict(False, f"{job}: its TrainJob is suspended (a hold or Kueue's "
+                                 "eviction): no pod of it may start until it resumes")
     if approved and jobset != approved:
         return PodVerdict(False, f"{job}: the gate approved JobSet {approved}, this pod is of "
                                  f"JobSet {jobset or '(none)'}; waiting for dispatch-admission "

@@ -78,3 +78,12 @@ def is_true(obj: Obj | None, kind: str) -> bool:
     """Whether the status condition of this type is ``True``."""
     cond = condition(obj, kind)
     return cond is not None and cond.get("status") == "True"
+
+
+def controller_uid(obj: Obj | None, kind: str) -> str:
+    """The UID of the ``kind`` object that controls ``obj`` (its controller owner
+    reference; "" when none is recorded)."""
+    for ref in meta(obj).get("ownerReferences") or []:
+        if ref.get("kind") == kind and ref.get("controller"):
+            return str(ref.get("uid") or "")
+    return ""

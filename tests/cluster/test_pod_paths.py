@@ -3,9 +3,9 @@
 Each test is a path seen on the real cluster to break "never two executions at once, every
 execution a strictly higher identity" before the pod became the last fence
 (dispatch_kubeflow.core.execution): a JobSet deleted under a running job, a later attempt
-after StopJob, a rank that finished before a hold, a ClusterQueue that stops listing the
-check. Pods are judged from a watch of the job's pods, in the order the API server reports
-them, not from samples.
+after StopJob, a rank that finished before a hold, a held job's Workload deleted, a
+ClusterQueue that stops listing the check. Pods are judged from a watch of the job's pods,
+in the order the API server reports them, not from samples.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from tests.cluster.test_adapter_kueue import (  # noqa: F401  (fixtures)
     rank_zero_log,
     spec,
 )
+from tests.cluster.test_admission_cluster import workload
 
 pytestmark = [pytest.mark.cluster, pytest.mark.paths, pytest.mark.asyncio]
 
@@ -57,6 +59,8 @@ class PodLog:
     """What a watch of the job's pods reported, in order: (type, pod) pairs."""
 
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    synced: list[dict[str, Any]] = field(default_factory=list)
+    """The pods there when the watch began."""
 
     def overlaps(self) -> list[str]:
         """Pairs of pods alive at once that are not different ranks of one execution (the
@@ -93,6 +97,8 @@ async def watching(kube: Kube, ref: ObjectRef) -> AsyncIterator[PodLog]:
                               label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
         async for ev in stream:
             if ev.type == "SYNC":
+                if not log.events:
+                    log.synced = list(ev.items)
                 log.events += [("ADDED", o) for o in ev.items]
             else:
                 log.events.append((ev.type, ev.object))
@@ -196,6 +202,51 @@ async def test_a_rank_that_finished_before_a_hold_never_blocks(
     # run again (its Job keeps the completed index), and keeps the old one.
     pods = await eventually(lambda: running_pods(kube, ref, 1), 60, "rank 0 running again")
     assert {attempt_of(p) for p in pods} == {f"{job}.1.1.2.0"}
+    assert not (await backend.stop_job(job, "done")).alive
+
+
+async def test_a_held_job_whose_workload_is_deleted_stays_held(
+        backend: Backend, kube: Kube, queued: str) -> None:  # noqa: F811
+    """Case 4: the Workload of a held job is deleted (by anyone; Kueue re-makes Workloads
+    itself too). Kueue makes a new, active Workload at once: nothing may run until Release,
+    Inspect says held with the same instance, and Release runs the job again, higher."""
+    job, ref = await running(backend, SCRIPT_READY)
+    await backend.hold(ref, hold_meta(1))
+    await backend.wait(ref, ObjectState.HELD, deadline=deadline())
+    old = await workload(kube, queued, ref.name)
+    assert old is not None
+    async with watching(kube, ref) as log:
+        deleted_at = datetime.now(UTC)
+        await kube.delete(r.WORKLOAD, old["metadata"]["name"], queued)
+
+        async def remade() -> dict[str, Any] | None:
+            wl = await workload(kube, queued, ref.name)
+            return wl if wl is not None and wl["metadata"]["uid"] != old["metadata"]["uid"] \
+                else None
+
+        new = await eventually(remade, 60, "Kueue's new Workload")
+        await asyncio.sleep(60)  # nothing may run meanwhile
+        inspected = await backend.inspect(ref)
+    # The held execution's pods may still be there (Failed, being deleted): only a pod made
+    # after the delete, or one seen running, would be a held job running.
+    before = {p["metadata"]["uid"] for p in log.synced}
+    started = {p["metadata"]["name"] for _, p in log.events
+               if p["metadata"]["uid"] not in before
+               or (p.get("status") or {}).get("phase") == "Running"}
+    assert not started, f"pods of a held job ran after {deleted_at}: " + "; ".join(
+        f"{typ} {p['metadata']['name']} made {p['metadata'].get('creationTimestamp')} "
+        f"{(p.get('status') or {}).get('phase')} {attempt_of(p)} "
+        f"deleting {p['metadata'].get('deletionTimestamp')}"
+        for typ, p in log.events if p["metadata"]["name"] in started)
+    assert inspected.state is ObjectState.HELD, inspected
+    assert inspected.hold_instance == 1
+    held = await kube.get(r.WORKLOAD, new["metadata"]["name"], queued)
+    assert held["spec"]["active"] is False  # the controller put the hold back
+    assert held["metadata"]["annotations"][names.HOLD_INSTANCE] == "1"
+    await backend.release(ref, hold_meta(1))
+    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(120))
+    assert obs.admissions == 2
+    await rank_zero_log(backend, job, f"{job}.1.1.2.0")
     assert not (await backend.stop_job(job, "done")).alive
 
 

@@ -235,6 +235,15 @@ def approved(a: str, jobset: str | None) -> dict[str, Any]:
      approved("1", "js1"), [running("old")], False, "of the same rank"),
     # Approved before the record existed (an older controller): the pod rule alone.
     (pod(**{names.JOBSET_UID_LABEL: "js9"}), approved("1", None), [], True, ""),
+    # A rank the Job had not made yet when the hold came (Kueue has not suspended the
+    # TrainJob yet): refused, or it would start after Inspect said held.
+    (pod(**{names.JOBSET_UID_LABEL: "js1"}),
+     {**approved("1", "js1"), "metadata": {**approved("1", "js1")["metadata"], "annotations": {
+         **approved("1", "js1")["metadata"]["annotations"], names.HOLD_INSTANCE: "2"}}},
+     [], False, "is held (hold instance 2)"),
+    # ... and once Kueue suspended the TrainJob (an eviction, a hold).
+    (pod(**{names.JOBSET_UID_LABEL: "js1"}), {**approved("1", "js1"), "spec": {"suspend": True}},
+     [], False, "its TrainJob is suspended"),
 ])
 async def test_the_pod_is_the_last_fence(new: dict[str, Any], tj: dict[str, Any],
                                          pods: list[dict[str, Any]], allowed: bool,
