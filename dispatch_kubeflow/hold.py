@@ -138,10 +138,13 @@ async def release_workload(kube: KubeAPI, workload: Mapping[str, Any], instance:
     raise errors.KubeConflict(f"Workload {ns}/{name} kept changing; the release gave up")
 
 
+# --- the TrainJob's record: plain mode's hold, and Kueue mode's copy of it --------------------
+
+
 async def clear_trainjob_hold(kube: KubeAPI, namespace: str, name: str, instance: int) -> bool:
-    """Kueue mode: remove the TrainJob's record of hold ``instance`` (False: it records
-    none). One JSON patch whose ``test`` op checks the instance; the TrainJob stays as
-    Kueue keeps it (suspended until the Workload is admitted again)."""
+    """Remove the TrainJob's record of hold ``instance`` (False: it records none), and
+    nothing else: Kueue mode's copy, or a plain-mode job never opened (it keeps its start
+    gate). One JSON patch whose ``test`` op checks the instance."""
     for _ in range(_RETRIES):
         trainjob = await kube.get_or_none(TRAINJOB, name, namespace)
         if trainjob is None:
@@ -161,9 +164,6 @@ async def clear_trainjob_hold(kube: KubeAPI, namespace: str, name: str, instance
         except errors.KubeInvalid:
             continue  # the test op failed: the record changed meanwhile; judge again
     raise errors.KubeConflict(f"TrainJob {namespace}/{name} kept changing; the release gave up")
-
-
-# --- the TrainJob's record: plain mode's hold, and Kueue mode's copy of it --------------------
 
 
 async def hold_trainjob(kube: KubeAPI, namespace: str, name: str, hold: HoldMeta, *,
@@ -218,16 +218,7 @@ async def release_trainjob(kube: KubeAPI, namespace: str, name: str, instance: i
     if admissions(trainjob) > 0:
         return await admit_plain(kube, namespace, name, should_admit=same_hold,
                                  annotations=drop)
-    for _ in range(_RETRIES):
-        try:
-            await kube.patch(TRAINJOB, name, release_patch(trainjob, held, reactivate=False),
-                             namespace, kind="json")
-            return True
-        except errors.KubeWebhookDenied:
-            raise  # a webhook refused: reading again changes nothing
-        except errors.KubeInvalid:
-            again = await kube.get_or_none(TRAINJOB, name, namespace)
-            if again is None or not same_hold(again):
-                return False
-            trainjob = again
-    raise errors.KubeConflict(f"TrainJob {namespace}/{name} kept changing; the release gave up")
+    try:
+        return await clear_trainjob_hold(kube, namespace, name, held)
+    except errors.HoldError:
+        return False  # another hold was placed meanwhile: not the one being released
