@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from dispatch_kubeflow.conformance.registry import CheckFailed
+from dispatch_kubeflow.core.identity import IdentityError, split_attempt_id
 from dispatch_kubeflow.model import JobID
 
 _ATTEMPT = re.compile(r"^DISPATCH_ATTEMPT=(\S+)$", re.MULTILINE)
@@ -27,12 +28,14 @@ class Identity:
         epoch = _EPOCH.search(log)
         if attempt is None or epoch is None:
             raise CheckFailed(f"rank 0's log has no DISPATCH_ATTEMPT or DISPATCH_EPOCH: {log!r}")
-        parts = attempt.group(1).split(".")
-        if len(parts) != 5 or parts[0] != str(job) or parts[1:3] != ["1", "1"] or not (
-                parts[3].isdigit() and parts[4].isdigit()):
-            raise CheckFailed(f"DISPATCH_ATTEMPT={attempt.group(1)} is not "
-                              f"{job}.1.1.<A>.<J>")
-        return cls(attempt.group(1), int(parts[3]), int(parts[4]), int(epoch.group(1)))
+        shape = f"DISPATCH_ATTEMPT={attempt.group(1)} is not {job}.1.1.<A>.<J>"
+        try:  # the one reader of the identity's shape (core.identity)
+            who, submission, attempt_no, a, j = split_attempt_id(attempt.group(1))
+        except IdentityError:
+            raise CheckFailed(shape) from None
+        if (who, submission, attempt_no) != (str(job), 1, 1):
+            raise CheckFailed(shape)
+        return cls(attempt.group(1), a, j, int(epoch.group(1)))
 
     def __str__(self) -> str:
         return f"DISPATCH_ATTEMPT={self.attempt} DISPATCH_EPOCH={self.epoch}"

@@ -52,6 +52,9 @@ def test_identity_from_a_log() -> None:
         Identity.parse("conformance-ready\n", JOB)
     with pytest.raises(CheckFailed):
         Identity.parse(log.replace(f"{JOB}.1.1", "OTHER.1.1"), JOB)
+    for bad in (f"{JOB}.1.2.2.0", f"{JOB}.1.1.x.0", f"{JOB}.1.1.2"):  # attempt 2, unreadable
+        with pytest.raises(CheckFailed, match="is not"):
+            Identity.parse(log.replace(f"{JOB}.1.1.2.0", bad), JOB)
 
 
 def test_marks_order_by_resource_version_else_arrival() -> None:
