@@ -5,7 +5,8 @@ Served by every replica, leader or not (admission must not wait for an election)
 labelled ``dispatch.phpboyscout.uk/job-id`` it reads, live (A may have risen a moment ago),
 the TrainJob named by the pod's ``jobset-name`` label and the job's pods, and admits the pod
 only as part of the execution the gate approved (:func:`dispatch_kubeflow.core.execution.
-judge_pod`: its JobSet is the approved one, and no alive pod of another execution is left);
+judge_pod`: its JobSet is the approved one, its Workload's admission the approved one, and
+no alive pod of another execution is left);
 otherwise it refuses the pod with a message naming the job and what it waits for, and the
 Job controller tries the create again later. An admitted pod gets A from the TrainJob, J from
 its ``restart-attempt`` label, and ``DISPATCH_JOB_ID``, ``DISPATCH_SUBMISSION``,
@@ -37,7 +38,7 @@ from dispatch_kubeflow.core.execution import judge_pod
 from dispatch_kubeflow.core.identity import ExecutionIdentity, IdentityError, parse_count
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.kube import KubeAPI, Resource
-from dispatch_kubeflow.kube.resources import POD, TRAINJOB
+from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +119,11 @@ def review_response(uid: str, *, patch: list[Obj] | None = None,
 
 
 async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj | None]],
-                 list_pods: Callable[[str, str], Awaitable[list[Obj]]]) -> Obj:
+                 list_pods: Callable[[str, str], Awaitable[list[Obj]]],
+                 list_workloads: Callable[[str, str], Awaitable[list[Obj]]]) -> Obj:
     """Answer one AdmissionReview request (the ``request`` member). ``list_pods(namespace,
-    trainjob)`` lists the job's pods that exist now."""
+    trainjob)`` lists the job's pods that exist now; ``list_workloads(namespace,
+    trainjob_uid)`` its Workloads, read only for a Kueue-mode job the gate approved."""
     uid = str(request.get("uid") or "")
     pod = request.get("object") or {}
     if not is_dispatch_pod(pod):
@@ -140,7 +143,17 @@ async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj 
             pods = await list_pods(namespace, name)
         except errors.KubeError as exc:
             raise Denied(f"cannot list the pods of TrainJob {namespace}/{name}: {exc}") from exc
-        verdict = judge_pod(pod, tj, ident.admissions, pods, dry_run=bool(request.get("dryRun")))
+        dry_run = bool(request.get("dryRun"))
+        workloads: list[Obj] = []
+        if not dry_run and labels_of(tj).get(names.QUEUE_NAME_LABEL) \
+                and annotations_of(tj).get(names.ADMISSION_TOKEN):
+            try:
+                workloads = await list_workloads(namespace, str(meta(tj).get("uid") or ""))
+            except errors.KubeError as exc:
+                raise Denied(f"cannot list the Workloads of TrainJob {namespace}/{name}: "
+                             f"{exc}") from exc
+        verdict = judge_pod(pod, tj, ident.admissions, pods, workloads=workloads,
+                            dry_run=dry_run)
         if not verdict.allowed:
             raise Denied(verdict.reason)
         return review_response(uid, patch=env_patch(pod, ident))
@@ -241,6 +254,12 @@ class WebhookServer:
                                        label_selector=f"{names.JOBSET_NAME_LABEL}={trainjob}")
         return pods
 
+    async def _list_workloads(self, namespace: str, trainjob_uid: str) -> list[Obj]:
+        # Live too: which admission the job runs under (core.admission_count).
+        wls, _ = await self.kube.list(WORKLOAD, namespace,
+                                      label_selector=f"{names.KUEUE_JOB_UID_LABEL}={trainjob_uid}")
+        return wls
+
     async def _handle(self, request: web.Request) -> web.Response:
         try:
             body = await request.json()
@@ -248,7 +267,7 @@ class WebhookServer:
         except (ValueError, KeyError, TypeError):
             self.metrics.webhook.labels("malformed").inc()
             return web.Response(status=400, text="expected an AdmissionReview v1\n")
-        out = await review(req, self._get_trainjob, self._list_pods)
+        out = await review(req, self._get_trainjob, self._list_pods, self._list_workloads)
         resp = out["response"]
         outcome = "denied" if not resp["allowed"] else ("patched" if "patch" in resp
                                                         else "ignored")

@@ -18,6 +18,7 @@ from typing import Any
 from dispatch_kubeflow import errors, find, gate, hold, preflight, state
 from dispatch_kubeflow.core import hold as core_hold
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import newest_workload
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.find import KINDS
 from dispatch_kubeflow.informer import Feed, Informers
@@ -27,7 +28,6 @@ from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import CapabilityStatus, HoldMeta, ObjectRef
 from dispatch_kubeflow.preflight import access, probe_watch, readmission
 from dispatch_kubeflow.settings import KueueSettings, Settings
-from dispatch_kubeflow.state import newest_workload
 from dispatch_kubeflow.waits import deadline_after, wait_for, within
 
 Obj = dict[str, Any]

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from dispatch_kubeflow import errors, state
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import newest_workload
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.informer import Feed, Informers
 from dispatch_kubeflow.kube import KubeAPI
@@ -130,7 +131,7 @@ async def _watch_state(kube: KubeAPI, shared: Informers, mode: ObserveMode, ref:
         if trainjob is not None and str(meta(trainjob).get("uid")) != uid:
             trainjob = None  # a newer TrainJob of the same name is not this job
         pods = list(current[1].values())
-        workload = state.newest_workload(current[2].values()) if len(current) > 2 else None
+        workload = newest_workload(current[2].values()) if len(current) > 2 else None
         obs = state.observe(trainjob, workload, pods)
         until = mode.hold_expiry(trainjob, pods)
         if until is not None:

@@ -47,10 +47,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from dispatch_kubeflow.core import hold, names
-from dispatch_kubeflow.core.admission_count import admissions
+from dispatch_kubeflow.core.admission_count import admissions, newest_workload
 from dispatch_kubeflow.core.execution import alive
 from dispatch_kubeflow.core.identity import IdentityError, parse_count
 from dispatch_kubeflow.core.objects import annotations_of, condition, is_true, labels_of, meta
@@ -58,7 +58,6 @@ from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.model import Cause, ObjectState, Observation
 
 Obj = Mapping[str, Any]
-W = TypeVar("W", bound=Mapping[str, Any])
 
 
 # What :func:`observe` reads of each object besides its metadata, as dotted paths: all a
@@ -210,13 +209,6 @@ def _pods_running(pods: Sequence[Obj]) -> str:
         # Admitted (or unsuspended), but nothing runs yet: say so rather than "running".
         return f"no pod running yet ({len(pods)} starting)" if pods else "no pod running yet"
     return f"{running} of {len(pods)} pods running"
-
-
-def newest_workload(items: Iterable[W]) -> W | None:
-    """The TrainJob's current Workload: the newest not being deleted (else the newest)."""
-    items = list(items)
-    live = [w for w in items if not meta(w).get("deletionTimestamp")] or items
-    return max(live, key=lambda w: str(meta(w).get("creationTimestamp", "")), default=None)
 
 
 def observe_listed(trainjobs: Iterable[Obj], workloads: Iterable[Obj],

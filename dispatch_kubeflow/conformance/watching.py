@@ -18,11 +18,12 @@ from dispatch_kubeflow.conformance.identity import Identity
 from dispatch_kubeflow.conformance.registry import CheckFailed
 from dispatch_kubeflow.conformance.suite import MARKER, Suite
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import newest_workload
 from dispatch_kubeflow.core.objects import is_true, meta
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube import resources as r
 from dispatch_kubeflow.model import JobID, ObjectRef, ObjectState, Observation, OutputStream
-from dispatch_kubeflow.state import newest_workload, observe
+from dispatch_kubeflow.state import observe
 from dispatch_kubeflow.waits import Watched, deadline_after, wait_for, wait_for_all, within
 
 T = TypeVar("T")

@@ -17,9 +17,9 @@ Every raise is one merge patch guarded by the TrainJob's resourceVersion
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.identity import IdentityError, parse_count
@@ -86,6 +86,36 @@ def eviction_count(wl: Obj) -> int:
     """Total evictions of this Workload (``status.schedulingStats.evictions[].count``)."""
     stats = (wl.get("status") or {}).get("schedulingStats") or {}
     return sum(int(e.get("count") or 0) for e in stats.get("evictions") or [])
+
+
+W = TypeVar("W", bound=Mapping[str, Any])
+
+
+def newest_workload(items: Iterable[W]) -> W | None:
+    """A TrainJob's current Workload: the newest not being deleted (else the newest)."""
+    items = list(items)
+    live = [w for w in items if not meta(w).get("deletionTimestamp")] or items
+    return max(live, key=lambda w: str(meta(w).get("creationTimestamp", "")), default=None)
+
+
+def unapproved_admission(trainjob: Obj, workloads: Iterable[Obj]) -> str:
+    """Why the Kueue-mode job's current admission is not the one dispatch's gate approved
+    ("" when it is, or when the TrainJob records no approval: never admitted, plain mode,
+    or approved by a controller before tokens). Its Workload's admission token (UID and
+    evictions) must be the one recorded with A: a ClusterQueue that stopped listing the
+    check, or a Workload re-made and admitted without it, would otherwise run the job again
+    at the same identity once the old pods are gone."""
+    approved = annotations_of(trainjob).get(names.ADMISSION_TOKEN)
+    if not approved or not labels_of(trainjob).get(names.QUEUE_NAME_LABEL):
+        return ""
+    current = newest_workload(workloads)
+    if current is None:
+        return f"it has no Workload; the gate approved admission {approved}"
+    token = admission_token(current)
+    if token != approved:
+        return (f"its Workload's admission {token} is not the one dispatch's gate approved "
+                f"({approved}): admitted without the check")
+    return ""
 
 
 def admission_token(wl: Obj) -> str:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatch_kubeflow.core import hold, names
+from dispatch_kubeflow.core.admission_count import unapproved_admission
 from dispatch_kubeflow.core.identity import IdentityError, parse_count, split_attempt_id
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 
@@ -123,12 +124,14 @@ class PodVerdict:
 
 
 def judge_pod(pod: Obj, trainjob: Obj, admissions: int, pods: Sequence[Obj], *,
-              dry_run: bool = False) -> PodVerdict:
+              workloads: Sequence[Obj] = (), dry_run: bool = False) -> PodVerdict:
     """Whether ``pod`` (being created, for ``trainjob`` whose A is ``admissions``) is part of
     the execution the gate approved, with ``pods`` the job's pods that exist now.
 
     Refused: a pod of a job the gate never approved (A = 0); a pod of a held or suspended
-    TrainJob; a pod of a JobSet other than
+    TrainJob; in Kueue mode, a pod of an admission the gate did not approve (``workloads``,
+    the TrainJob's Workloads, :func:`~dispatch_kubeflow.core.admission_count.
+    unapproved_admission`); a pod of a JobSet other than
     the approved one; a pod while an alive pod of another execution of the job, or of the
     same rank, is still there. A dry-run creates nothing, so there is nothing to fence: it
     passes, and shows the identity a pod would get (the preflight's injection proof).
@@ -153,6 +156,10 @@ def judge_pod(pod: Obj, trainjob: Obj, admissions: int, pods: Sequence[Obj], *,
     if ((trainjob.get("spec") or {}).get("suspend")):
         return PodVerdict(False, f"{job}: its TrainJob is suspended (a hold or Kueue's "
                                  "eviction): no pod of it may start until it resumes")
+    unapproved = unapproved_admission(trainjob, workloads)
+    if unapproved:
+        return PodVerdict(False, f"{job}: {unapproved}; no pod of it may run until the gate "
+                                 "approves an admission")
     if approved and jobset != approved:
         return PodVerdict(False, f"{job}: the gate approved JobSet {approved}, this pod is of "
                                  f"JobSet {jobset or '(none)'}; waiting for dispatch-admission "

@@ -254,7 +254,8 @@ async def test_a_queue_that_drops_the_check_runs_no_pod_beside_the_old_one(
         backend: Backend, kube: Kube, queued: str) -> None:  # noqa: F811
     """Case 6: an admin removes the check from the ClusterQueue while a held job's old pods
     are in their TERM handler, then the job is released: Kueue admits at once, without the
-    gate. No pod of the job may run beside the old ones."""
+    gate. No pod of the job may run beside the old ones, nor after them (the gate approved
+    no admission since)."""
     job, ref = await running(backend, LINGERING)
     await eventually(lambda: running_pods(kube, ref, 2), 120, "2 pods running")
     async with watching(kube, ref) as log:
@@ -265,6 +266,12 @@ async def test_a_queue_that_drops_the_check_runs_no_pod_beside_the_old_one(
         await backend.release(ref, hold_meta(1))
         await asyncio.sleep(LINGER + 10)  # the old pods' whole TERM handler, and then some
     assert log.overlaps() == []
+    # Nor after them: Kueue's admission without the check is not one the gate approved, so
+    # a pod now would run the job again at the identity it ran at before.
+    before = {p["metadata"]["uid"] for p in log.synced}
+    made = sorted({f"{p['metadata']['name']} {attempt_of(p)}" for _, p in log.events
+                   if p["metadata"]["uid"] not in before})
+    assert made == [], f"pods of an admission the gate never approved: {made}"
     assert not (await backend.stop_job(job, "done")).alive
 
 

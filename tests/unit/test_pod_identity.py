@@ -87,7 +87,8 @@ def test_patch_sets_every_container_and_replaces_existing_values() -> None:
 
 async def _review(p: dict[str, Any], tj: dict[str, Any] | Exception | None,
                   pods: list[dict[str, Any]] | Exception | None = None,
-                  dry_run: bool = True) -> dict[str, Any]:
+                  dry_run: bool = True,
+                  workloads: list[dict[str, Any]] | Exception | None = None) -> dict[str, Any]:
     async def get(ns: str, name: str) -> dict[str, Any] | None:
         assert (ns, name) == ("ns", "dj-01job-s1")
         if isinstance(tj, Exception):
@@ -100,8 +101,14 @@ async def _review(p: dict[str, Any], tj: dict[str, Any] | Exception | None,
             raise pods
         return pods or []
 
+    async def list_workloads(ns: str, uid: str) -> list[dict[str, Any]]:
+        assert ns == "ns"
+        if isinstance(workloads, Exception):
+            raise workloads
+        return workloads or []
+
     out = await review({"uid": "u", "namespace": "ns", "object": p, "dryRun": dry_run}, get,
-                       list_pods)
+                       list_pods, list_workloads)
     assert out["apiVersion"] == "admission.k8s.io/v1"
     assert out["kind"] == "AdmissionReview"
     resp: dict[str, Any] = out["response"]
@@ -270,3 +277,53 @@ async def test_the_job_s_pods_unreadable_means_refused() -> None:
                          dry_run=False)
     assert not resp["allowed"]
     assert "cannot list the pods" in resp["status"]["message"]
+
+
+def kueue_approved(token: str) -> dict[str, Any]:
+    tj = approved("1", "js1")
+    tj["metadata"]["labels"][names.QUEUE_NAME_LABEL] = "lq"
+    tj["metadata"]["annotations"][names.ADMISSION_TOKEN] = token
+    return tj
+
+
+def admitted(uid: str, evictions: int, *, deleting: bool = False) -> dict[str, Any]:
+    wl: dict[str, Any] = {
+        "metadata": {"uid": uid, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"schedulingStats": {"evictions": [
+            {"reason": "Deactivated", "count": evictions}] if evictions else []}}}
+    if deleting:
+        wl["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    return wl
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("tj", "workloads", "allowed", "says"), [
+    # The admission the gate approved (its token recorded with A).
+    (kueue_approved("w1/1"), [admitted("w1", 1)], True, ""),
+    # Evicted and admitted again without the gate (the ClusterQueue dropped the check): the
+    # old pods are gone, and a pod now would run at the same identity.
+    (kueue_approved("w1/1"), [admitted("w1", 2)], False, "is not the one dispatch's gate"),
+    # A Workload re-made and admitted without the check.
+    (kueue_approved("w1/1"), [admitted("w1", 1, deleting=True), admitted("w2", 0)], False,
+     "admitted without the check"),
+    (kueue_approved("w1/1"), [], False, "it has no Workload"),
+    # Plain mode has no Workload: the rule does not apply.
+    (approved("1", "js1") | {"metadata": {**approved("1", "js1")["metadata"], "annotations": {
+        **approved("1", "js1")["metadata"]["annotations"],
+        names.ADMISSION_TOKEN: "w1/1"}}}, [], True, ""),
+])
+async def test_only_the_admission_the_gate_approved_runs(
+        tj: dict[str, Any], workloads: list[dict[str, Any]], allowed: bool, says: str) -> None:
+    resp = await _review(pod(**{names.JOBSET_UID_LABEL: "js1"}), tj, [], dry_run=False,
+                         workloads=workloads)
+    assert resp["allowed"] is allowed, resp
+    if not allowed:
+        assert says in resp["status"]["message"]
+
+
+@pytest.mark.asyncio
+async def test_the_job_s_workloads_unreadable_means_refused() -> None:
+    resp = await _review(pod(**{names.JOBSET_UID_LABEL: "js1"}), kueue_approved("w1/1"), [],
+                         dry_run=False, workloads=errors.KubeError("boom", status=500))
+    assert not resp["allowed"]
+    assert "cannot list the Workloads" in resp["status"]["message"]

@@ -172,7 +172,7 @@ def test_orphaned_workload_belongs_to_its_job() -> None:
 
 
 def test_newest_workload_prefers_live() -> None:
-    from dispatch_kubeflow.state import newest_workload
+    from dispatch_kubeflow.core.admission_count import newest_workload
 
     old = {"metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}}
     going = {"metadata": {"name": "b", "creationTimestamp": "2026-01-02T00:00:00Z",
