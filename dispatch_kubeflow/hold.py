@@ -113,27 +113,41 @@ async def hold_workload(kube: KubeAPI, workload: Mapping[str, Any], hold: HoldMe
     raise errors.KubeConflict(f"Workload {ns}/{name} kept changing; the hold gave up")
 
 
-async def release_workload(kube: KubeAPI, workload: Mapping[str, Any], instance: int) -> bool:
-    """Reactivate the Workload if it holds ``instance``. False when it was not held."""
+async def release_workload(kube: KubeAPI, workload: Mapping[str, Any], instance: int, *,
+                           mark: bool = False) -> bool:
+    """Reactivate the Workload if it holds ``instance``. False when it was not held.
+
+    With ``mark`` (the TrainJob's record of this hold was just cleared), a Workload that
+    carries no hold is still written: ``hold-released``, fenced by the version read. The
+    controller puts a hold the TrainJob records back on a Workload re-made under it, judged
+    from the Workload it read; that write carries its version, so this one makes it a 409
+    instead of a hold put back after its release (the model's NORELEASEWRITE). A copy that
+    landed after our read makes this write the 409, and the next turn releases it."""
     ns, name = meta(workload)["namespace"], meta(workload)["name"]
     current: Mapping[str, Any] | None = workload
     for _ in range(_RETRIES):
         if current is None:
             raise errors.NotFound(f"Workload {ns}/{name} not found")
         held = hold_instance(current)
-        if not held:
-            return False
-        if held != instance:
+        if held and held != instance:
             raise errors.HoldError(
                 f"Workload {ns}/{name} is held as instance {held}, not {instance}; "
                 "the hold stays")
         try:
-            await kube.patch(WORKLOAD, name, release_patch(current, instance, reactivate=True), ns,
-                             kind="json")
-            return True
+            if held:
+                await kube.patch(WORKLOAD, name, release_patch(current, instance,
+                                                               reactivate=True), ns, kind="json")
+                return True
+            if not mark:
+                return False
+            stamp = f"{instance} {datetime.now(UTC).isoformat(timespec='microseconds')}"
+            await kube.patch(WORKLOAD, name, {"metadata": {
+                "resourceVersion": meta(current).get("resourceVersion"),
+                "annotations": {names.HOLD_RELEASED: stamp}}}, ns)
+            return False
         except errors.KubeWebhookDenied:
             raise  # a webhook refused: reading again changes nothing
-        except errors.KubeInvalid:
+        except (errors.KubeInvalid, errors.KubeConflict):
             current = await kube.get_or_none(WORKLOAD, name, ns)
     raise errors.KubeConflict(f"Workload {ns}/{name} kept changing; the release gave up")
 

@@ -133,8 +133,11 @@ class KueueMode:
             # The TrainJob's record first: the controller puts a hold it still records back
             # on the Workload, so clearing the Workload first could be undone.
             cleared = await hold.clear_trainjob_hold(kube, ref.namespace, ref.name, instance)
+            # Read again: the controller may have put the hold back on a re-made Workload
+            # since the read above.
+            workload = await self.workload(kube, trainjob) if cleared else workload
             released = workload is not None and \
-                await hold.release_workload(kube, workload, instance)
+                await hold.release_workload(kube, workload, instance, mark=cleared)
         return cleared or released
 
     async def _require_workload(self, kube: KubeAPI, ref: ObjectRef) -> Obj:

@@ -8,8 +8,12 @@ A hold is the five annotations ``dispatch.phpboyscout.uk/hold-instance``, ``hold
   TrainJob, without suspending it. The TrainJob's copy is what outlives the Workload: Kueue
   (or anyone) may delete a held job's Workload and Kueue then makes a new, active one. The
   controller never approves a Workload of a TrainJob that records a hold, and puts the
-  hold back on such a Workload (:func:`keep_patch`). Hold writes the TrainJob first and
-  Release clears it first, so the controller never puts back a hold that was released.
+  hold back on such a Workload (:func:`keep_patch`, fenced by the Workload's version).
+  Hold writes the TrainJob first and Release clears it first, then writes the Workload
+  even when it carries no hold (``hold-released``), so the controller never puts back a
+  hold that was released: its live read of the TrainJob sees the release, or its fenced
+  write meets the Workload's new version (model-checked: verify/, variants CACHEDHOLDCOPY,
+  RELEASEWLFIRST, NORELEASEWRITE).
 """
 
 from __future__ import annotations

@@ -77,6 +77,10 @@ HOLD_WHO: Final = f"{DOMAIN}/hold-who"
 HOLD_UNTIL: Final = f"{DOMAIN}/hold-until"
 HOLD_REASON: Final = f"{DOMAIN}/hold-reason"
 HOLD_ANNOTATIONS: Final = (HOLD_INSTANCE, HOLD_SINCE, HOLD_WHO, HOLD_UNTIL, HOLD_REASON)
+HOLD_RELEASED: Final = f"{DOMAIN}/hold-released"
+"""Kueue mode, on a Workload that carried no record when its job's hold was released (one
+re-made under the hold): ``<instance> <time>``. The release writes it so that the
+controller's copy of the hold, judged from the Workload before, meets its fence (core.hold)."""
 
 # --- execution identity environment -------------------------------------------------------
 ENV_JOB_ID: Final = "DISPATCH_JOB_ID"

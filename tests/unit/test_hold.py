@@ -277,3 +277,42 @@ async def test_an_expired_hold_is_cleared_on_the_trainjob_first() -> None:
     assert hold.instance(w.k.objects[(TRAINJOB.plural, NS, TJ)]) == 0
     assert wl_now(w)["spec"]["active"] is True
     expiry.close()
+
+
+@pytest.mark.asyncio
+async def test_a_release_writes_a_workload_remade_under_the_hold() -> None:
+    """No record on the Workload (re-made, the controller has not put the hold back yet):
+    the release still writes it, so a copy judged from the older version meets its fence."""
+    k = FakeKube()
+    ref = await kueue_job(k)
+    mode = KueueMode(KUEUE, KUEUE.kueue)  # type: ignore[arg-type]
+    await mode.hold(k, ref, HoldMeta(1, WHO))
+    k.write_now(WORKLOAD, WL, NS, {"metadata": {"annotations": dict.fromkeys(
+        names.HOLD_ANNOTATIONS)}, "spec": {"active": True}})  # as if re-made
+    rv = k.all(WORKLOAD)[0]["metadata"]["resourceVersion"]
+    k.changes.clear()
+    assert await mode.release(k, ref, 1)
+    assert writes(k) == [TRAINJOB.plural, WORKLOAD.plural]
+    wl = k.all(WORKLOAD)[0]
+    assert wl["metadata"]["resourceVersion"] != rv
+    assert wl["metadata"]["annotations"][names.HOLD_RELEASED].startswith("1 ")
+    k.changes.clear()
+    assert not await mode.release(k, ref, 1)  # nothing held: nothing written
+    assert writes(k) == []
+
+
+@pytest.mark.asyncio
+async def test_a_copy_judged_before_the_release_meets_the_fence() -> None:
+    """The controller read the Workload (no record) and the TrainJob (held); the release
+    then clears the TrainJob and writes the Workload before the copy lands: 409."""
+    w = await held_world()
+    w.when("patch", WORKLOAD, lambda: (
+        w.k.write_now(TRAINJOB, TJ, NS, {"metadata": {"annotations": dict.fromkeys(
+            names.HOLD_ANNOTATIONS)}}),
+        w.k.write_now(WORKLOAD, WL, NS, {"metadata": {"annotations": {
+            names.HOLD_RELEASED: "2 now"}}})))
+    await w.r.reconcile(KEY)
+    assert wl_now(w)["spec"].get("active") is not False
+    assert w.decisions("held") == 0
+    await w.r.reconcile(KEY)  # judged again: the TrainJob holds nothing now
+    assert wl_now(w)["spec"].get("active") is not False
