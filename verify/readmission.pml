@@ -26,7 +26,24 @@
  *   (d) the gate never waits on finished pods alone (they stay until their Job is deleted,
  *       so that wait would last for ever: checked here as a safety assertion);
  *   (e) never alive pods of two identities at once (what the pod fence itself promises;
- *       implied by (a) and (c), checked on its own where those do not hold).
+ *       implied by (a) and (c), checked on its own where those do not hold);
+ *   (f) a hold is never lost: from the end of the user's hold (both its writes) to the
+ *       start of its release, no Workload of the job is approved (its check written Ready)
+ *       or admitted by Kueue, a re-made one included: nothing new runs until the release
+ *       (an execution admitted before the hold may still start, until Kueue evicts);
+ *   (g) a release is never lost: once the user's release is over (both its writes), no
+ *       Workload carries that hold's record: the controller's hold copy never lands for a
+ *       released hold, and never lands unseen by the release.
+ *
+ * Holds (dispatch_kubeflow.hold). A hold is recorded on the TrainJob first (annotations,
+ * merge patch, TrainJob rv fence), then on the Workload with spec.active=false (Workload rv
+ * fence); a release removes the TrainJob's record first (JSON patch testing the hold
+ * instance), then reactivates the Workload and removes its record. The leader approves no
+ * Workload whose TrainJob, as it read it, carries a record (and the raise of A is fenced
+ * by the TrainJob's rv, so a record written after the read fails the raise), and copies
+ * the hold: a Workload that carries no record, of a TrainJob that does (read live after
+ * the Workload), gets the record and spec.active=false, fenced by the rv of the Workload
+ * it judged from. So a hold outlives a re-made Workload (REMAKE).
  *
  * Paths, by preprocessor macro (spin -DNAME -a readmission.pml). With none of them the
  * model is the gate alone (one JobSet, one attempt, no rank finishes early, no pod fence):
@@ -36,8 +53,11 @@
  *                 J = 0; MAXRECREATE times, default 1); JobSet restarts raise J (MAXRESTART
  *                 times, default 1); the controller's rebind.
  *   ATTEMPTS=n    StopJob deletes the TrainJob, Workload and JobSet; a new attempt of the
- *                 same job starts from A = 0 (n attempts; default 1).
- *   REMAKE        Kueue re-makes the Workload once (new UID, not admitted).
+ *                 same job starts from A = 0 (n attempts; default 1). A hold ends with its
+ *                 attempt.
+ *   REMAKE        Kueue (or anyone) deletes the Workload, at any moment, held or not, and
+ *                 Kueue makes a new one (new UID, active, no hold record, not admitted);
+ *                 MAXREMAKE times, default 1.
  *   CHECKREMOVAL  an admin removes dispatch's check from the ClusterQueue: Kueue admits
  *                 without the gate.
  *   PODRACE       the webhook's judgement and the pod's creation may be two steps.
@@ -75,23 +95,32 @@
  *                 ATTEMPTS). Must fail (b): a decision about a Workload that is gone raises
  *                 A, after the new one's raise or on the next attempt's TrainJob.
  *   NOATTEMPTBASE the epoch without the attempt's base. Must fail (c).
+ *   NOHOLDRECORD  the hold lives on the Workload only: no record on the TrainJob, no copy.
+ *                 Must fail (f) with REMAKE: the re-made Workload of a held job is approved.
+ *   CACHEDHOLDCOPY the hold copy judges the TrainJob from its cache, not from a live GET.
+ *                 Must fail (g): a cache that has not seen the release brings it back.
+ *   NORELEASEWRITE the release does not write a Workload that carries no record (a
+ *                 re-made one not yet copied to): a patch that changes nothing makes no
+ *                 new rv. Must fail (g) with REMAKE: a copy that read the TrainJob before
+ *                 the release lands after it. So the release writes the Workload always
+ *                 (an annotation naming the released hold, say).
+ *   RELEASEWLFIRST the release reactivates the Workload first, then removes the TrainJob's
+ *                 record. Must fail (g): the copy holds the job again in between.
  * Bounds and switches:
  *   RVCOUNTER     resourceVersions as literal counters (the default stores only the result
  *                 of the one comparison ever made with them; same behaviours, more states).
  *   MAXHOLD=n     how many times the user holds (and may release) the job; default 2.
  *   NPOD=n        pods per execution; default 2.
  *   PROPS=n       which properties to check, a bit mask: 1 (a), 2 (b), 4 (c), 8 (d),
- *                 16 (e); default 31.
+ *                 16 (e), 32 (f), 64 (g); default 127.
  * Crashes and stalls are unbounded. The printf lines tell a trail's story (spin -t).
- * TODO (not modelled, not implemented yet): a hold that outlives a re-made Workload; REMAKE
- * re-makes only an active Workload.
  */
 
 #ifndef MAXHOLD
 #define MAXHOLD 2
 #endif
 #ifndef PROPS
-#define PROPS 31
+#define PROPS 127
 #endif
 #ifndef ATTEMPTS
 #define ATTEMPTS 1
@@ -108,7 +137,9 @@
 #define MAXRESTART 0
 #endif
 #ifdef REMAKE
+#ifndef MAXREMAKE
 #define MAXREMAKE 1
+#endif
 #else
 #define MAXREMAKE 0
 #endif
@@ -129,7 +160,10 @@ bool fresh = false;       /* the lease duration has not passed since the holder 
 bool leading[2];          /* each replica's own is_leader(): renewed within its deadline */
 
 /* --- the Workload -------------------------------------------------------------------- */
-bool wl_active = true;    /* spec.active (false: held) */
+byte wl_hold = 0;         /* the hold record in its annotations: the hold's instance; 0: none.
+                             A Workload is deactivated with its hold record, always, and
+                             reactivated with its removal: spec.active is wl_hold == 0 */
+#define wl_active (wl_hold == 0)
 bool quota = false;       /* QuotaReserved=True, status.admission set */
 bool evicted = false;     /* Evicted=True: Kueue is tearing the reservation down */
 bool admitted = false;    /* Admitted=True: Kueue latches it until the next eviction */
@@ -148,6 +182,13 @@ byte tok = 0;             /* annotation admission-token: ev+1 of the admission t
 byte tokw = 0;
 byte appr = NOJS;         /* annotation approved-jobset: the UID the last raise recorded */
 byte att = 1;             /* the attempt this TrainJob is (its label; the service counts) */
+#ifdef NOHOLDRECORD
+#define TJHOLD    false
+#else
+bool tj_hold = false;     /* annotations hold-*: the record of the user's hold, instance
+                             `holds` (the user's holds are one after another) */
+#define TJHOLD    tj_hold
+#endif
 
 /* --- the JobSet ---------------------------------------------------------------------- */
 byte js = 0;              /* metadata.uid of the TrainJob's JobSet */
@@ -234,7 +275,31 @@ byte r_js = 0, r_A = 0, r_J = 0;  /* the current execution's identity, once it h
                                      pod (its attempt is the current one) */
 bool own_token = false;   /* at the latest unsuspend, the recorded token was the admission's
                              (or the admission did not pass the gate) */
-byte holds = 0;
+byte holds = 0;           /* the user's holds so far: the instance of the latest one */
+byte uphase = 0;          /* where the user is in its hold and release: */
+#define U_FREE      0     /* not holding (never, or released: both writes done) */
+#define U_HOLDING   1     /* the hold's first write done: the record on the TrainJob */
+#define U_HELD      2     /* the hold's writes done, the release not begun */
+#define U_RELEASING 3     /* the release's first write done */
+/* hold k is released: the user released it (both writes), or a later one began */
+#define RELEASED(k) ((k) < holds || uphase == U_FREE)
+/* The release's write on the Workload: reactivate it and remove the record, if it carries
+ * this hold's; and a write even when it carries none (a re-made Workload), say an
+ * annotation naming the released hold, so that the rv of every version read before moves
+ * on: a hold copy judged from one gets 409. NORELEASEWRITE: no write then, as a patch that
+ * changes nothing is no write to the API server (no new rv). */
+#ifdef NORELEASEWRITE
+#define RELEASE_WL  if \
+                    :: wl_hold == holds -> wl_hold = 0; WL_WRITE \
+                    :: else -> skip \
+                    fi
+#else
+#define RELEASE_WL  if \
+                    :: wl_hold == holds -> wl_hold = 0 \
+                    :: else -> skip \
+                    fi; \
+                    WL_WRITE
+#endif
 
 #define NW       (ATTEMPTS + MAXREMAKE)           /* Workload UIDs */
 #define NJS      (ATTEMPTS + MAXRECREATE)         /* JobSet UIDs */
@@ -307,6 +372,8 @@ byte if_js, if_A, if_J, if_att;
 #define RB_READ   10      /* rebind: GET the JobSet live; the TrainJob from the cache */
 #define RB_RAISE  11      /* rebind: is_leader(), merge patch A+1 and the JobSet, rv fence */
 #define WLCHECK   12      /* GET the Workload live: still the one read? */
+#define HC_WRITE  13      /* hold copy: the record and spec.active=false on the Workload, fenced
+                             by the Workload rv read */
 
 /* the pods the decision counts: live, alive ones (CACHEDPODS: from the cache;
  * FINISHEDBLOCK: finished ones too) */
@@ -347,7 +414,7 @@ byte if_js, if_A, if_J, if_att;
 
 /* the decision is over, or lost with the process: forget what it read */
 #define FORGET    pc = IDLE; ev_r = 0; msg_r = 0; pods_r = 0; wuid_r = 0; js_r = 0; \
-                  pjs_r = 0; FORGET_RV
+                  pjs_r = 0; hc_r = 0; FORGET_RV
 
 /* on to approve: what the decision read is needed no more, but the Workload's rv */
 #define TO_APPROVE pc = CONFIRM2; ev_r = 0; wuid_r = 0; js_r = 0
@@ -365,7 +432,7 @@ byte if_js, if_A, if_J, if_att;
  * another JobSet was listed */
 #define RB_JUDGE  TJ_READ; \
                   if \
-                  :: TOK_THIS && appr != NOJS && appr != js_r && (pjs_r == NOJS || pjs_r == js_r) -> \
+                  :: !TJHOLD && TOK_THIS && appr != NOJS && appr != js_r && (pjs_r == NOJS || pjs_r == js_r) -> \
                        pc = RB_RAISE; ev_r = 0; wuid_r = 0; pjs_r = 0 \
                   :: else -> FORGET \
                   fi
@@ -386,7 +453,7 @@ byte if_js, if_A, if_J, if_att;
 
 proctype Replica(byte me) {
   byte pc = IDLE;
-  byte ev_r, msg_r, pods_r, wuid_r, js_r, pjs_r;   /* what this decision read */
+  byte ev_r, msg_r, pods_r, wuid_r, js_r, pjs_r, hc_r;   /* what this decision read */
 
   do
   /* The elector (admission/lease.py). One tryAcquireOrRenew round is a GET and a PUT
@@ -411,6 +478,22 @@ proctype Replica(byte me) {
 #if defined(JOBSETS) && !defined(NOJOBSETRECORD)
                 :: REBIND -> ev_r = ev; wuid_r = wuid; pc = RB_LIST;
                      printf("MSC: r%d reads the Workload from its cache: check Ready, admitted\n", me)
+#endif
+#if !defined(NOHOLDRECORD) && !defined(CACHEDHOLDCOPY)
+                /* The hold copy: the Workload carries no hold record (so it is active), the
+                 * TrainJob in the cache carries one, and a GET of the TrainJob, live, after
+                 * the Workload's read, finds it still there. The model reads both at once:
+                 * a copy lands only if nothing wrote the Workload from its read to the
+                 * write, so reading it at the moment of the GET instead reads the same
+                 * version, and a copy that does not land does nothing (fewer states, same
+                 * behaviours). */
+                :: wl_active && tj_hold -> WL_READ; hc_r = holds; pc = HC_WRITE;
+                     printf("MSC: r%d reads the Workload from its cache: no hold record; GETs the TrainJob: it carries hold %d\n", me, hc_r)
+#elif defined(CACHEDHOLDCOPY)
+                /* ...judged from the TrainJob in the cache, which may show any record the
+                 * TrainJob ever had: once the user ever held, the latest hold's */
+                :: wl_active && holds > 0 -> WL_READ; hc_r = holds; pc = HC_WRITE;
+                     printf("MSC: r%d reads the Workload from its cache: no hold record; the TrainJob in its cache carries hold %d\n", me, hc_r)
 #endif
                 :: else -> FORGET                                   /* idle */
                 fi }
@@ -446,15 +529,17 @@ proctype Replica(byte me) {
   :: d_step { pc == READ_TJ ->
                 TJ_READ;
                 if
-                :: TOK_THIS -> TO_APPROVE;       /* this admission raised A already */
+                :: TJHOLD -> FORGET;             /* held: never approved */
+                     printf("MSC: r%d reads the TrainJob from its cache: it carries hold %d; does not approve\n", me, holds)
+                :: !TJHOLD && TOK_THIS -> TO_APPROVE;       /* this admission raised A already */
                      printf("MSC: r%d reads the TrainJob from its cache: A = %d, raised for this admission\n", me, A)
 #ifdef TOKENEQ
-                :: else -> TO_RAISE;
+                :: !TJHOLD && !TOK_THIS -> TO_RAISE;
                      printf("MSC: r%d reads the TrainJob from its cache: A = %d, token of another admission\n", me, A)
 #else
-                :: TOK_NEWER -> FORGET;          /* a newer one did: our read is old */
+                :: !TJHOLD && TOK_NEWER -> FORGET;   /* a newer one did: our read is old */
                      printf("MSC: r%d reads the TrainJob from its cache: raised for a newer admission\n", me)
-                :: else -> TO_RAISE;             /* none, an older admission, another Workload */
+                :: !TJHOLD && RAISES -> TO_RAISE;    /* none, an older admission, another Workload */
                      printf("MSC: r%d reads the TrainJob from its cache: A = %d, not raised for this admission\n", me, A)
 #endif
                 fi }
@@ -480,13 +565,13 @@ proctype Replica(byte me) {
   /* The JobSet the raise will record (core.execution.approval_annotations) comes from the
    * cache at the same moment as the TrainJob (no request in between): above, the current
    * one; here an older one, or none (after a deletion, before its successor): then wait. */
-  :: d_step { pc == READ_TJ && RAISES && js > 0 -> TJ_READ; TO_RAISE; js_r = js - 1;
+  :: d_step { pc == READ_TJ && !TJHOLD && RAISES && js > 0 -> TJ_READ; TO_RAISE; js_r = js - 1;
                 printf("MSC: r%d reads the TrainJob from its cache: A = %d, not raised for this admission; and an older JobSet %d\n", me, A, js_r) }
 #ifdef RECORDNONE
-  :: d_step { pc == READ_TJ && RAISES && ndel > 0 -> TJ_READ; TO_RAISE; js_r = NOJS;
+  :: d_step { pc == READ_TJ && !TJHOLD && RAISES && ndel > 0 -> TJ_READ; TO_RAISE; js_r = NOJS;
                 printf("MSC: r%d reads the TrainJob from its cache: A = %d, not raised for this admission; and no JobSet: the raise will record none\n", me, A) }
 #else
-  :: d_step { pc == READ_TJ && RAISES && ndel > 0 -> FORGET;
+  :: d_step { pc == READ_TJ && !TJHOLD && RAISES && ndel > 0 -> FORGET;
                 printf("MSC: r%d finds no JobSet in its cache: waits\n", me) }
 #endif
 #endif
@@ -522,7 +607,11 @@ proctype Replica(byte me) {
                 :: true -> ready = true; msg = 0; WL_WRITE;
                      printf("MSC: r%d writes the check Ready (no fence)\n", me)
 #else
-                :: WL_SAME -> ready = true; msg = 0; WL_WRITE;      /* the fence */
+                :: WL_SAME ->                                       /* the fence */
+#if (PROPS & 32)
+                     assert(uphase != U_HELD);                       /* (f) not while held */
+#endif
+                     ready = true; msg = 0; WL_WRITE;
                      printf("MSC: r%d writes the check Ready\n", me)
                 :: else -> printf("MSC: r%d: the Ready write gets 409\n", me)  /* judge again */
 #endif
@@ -555,6 +644,22 @@ proctype Replica(byte me) {
                 FORGET }
 #endif
 
+#ifndef NOHOLDRECORD
+  /* The hold copy's write: the record it read and spec.active=false, fenced by the rv of
+   * the Workload it judged from */
+  :: d_step { pc == HC_WRITE ->
+                if
+                :: CONFIRMED && WL_SAME ->
+#if (PROPS & 64)
+                     assert(!RELEASED(hc_r));                        /* (g) not a released hold */
+#endif
+                     wl_hold = hc_r; WL_WRITE;
+                     printf("MSC: r%d copies hold %d onto the Workload: spec.active=false\n", me, hc_r)
+                :: else -> printf("MSC: r%d: the hold copy gets 409, or it does not lead\n", me)
+                fi;
+                FORGET }
+#endif
+
   /* A crash, at any step: the process restarts with its local state lost and the same
    * identity (its pod's name), so it may renew its own lease at once. */
   :: d_step { pc != IDLE || leading[me] -> leading[me] = false; FORGET;
@@ -565,12 +670,54 @@ proctype Replica(byte me) {
 /* --- Kueue, Trainer, JobSet, Job, the webhook, the kubelet, the user, and time ------- */
 proctype Cluster() {
   do
-  /* The user (dispatch_kubeflow.hold): hold = deactivate the Workload; release, at any
-   * moment after, even before Kueue acted on the hold (so an eviction of an active
-   * Workload, a preemption, is covered too). */
-  :: d_step { wl_active && holds < MAXHOLD -> wl_active = false; holds++; WL_WRITE;
-                printf("MSC: the user holds the job\n") }
-  :: d_step { !wl_active -> wl_active = true; WL_WRITE; printf("MSC: the user releases it\n") }
+  /* The user (dispatch_kubeflow.hold). A hold is two writes: the hold record on the
+   * TrainJob (a merge patch fenced by its rv), then the same record and spec.active=false
+   * on the Workload (fenced by its rv: a 409 re-reads and writes again, so the write is one
+   * step at the version current then; a Workload that carries the record already, the
+   * controller's copy, needs no write). A release, at any moment after, even before Kueue
+   * acted on the hold (so an eviction of an active Workload, a preemption, is covered
+   * too), is two writes too: the TrainJob's record removed (a JSON patch testing the hold
+   * instance), then the Workload reactivated and its record removed. Between the writes
+   * anything may happen, and the user may stop for ever. RELEASEWLFIRST: the release's
+   * writes the other way round. NOHOLDRECORD: one write each, on the Workload only. */
+#ifdef NOHOLDRECORD
+  :: d_step { uphase == U_FREE && holds < MAXHOLD -> holds++; wl_hold = holds; WL_WRITE;
+                uphase = U_HELD; printf("MSC: the user holds the job: hold %d on the Workload\n", holds) }
+  :: d_step { uphase == U_HELD ->
+                if
+                :: wl_hold == holds -> wl_hold = 0; WL_WRITE
+                :: else -> skip
+                fi;
+                uphase = U_FREE; printf("MSC: the user releases hold %d\n", holds) }
+#else
+  :: d_step { uphase == U_FREE && holds < MAXHOLD -> holds++; tj_hold = true; TJ_WRITE;
+                uphase = U_HOLDING;
+                printf("MSC: the user holds the job: hold %d recorded on the TrainJob\n", holds) }
+  :: d_step { uphase == U_HOLDING ->
+                if
+                :: wl_hold != holds -> wl_hold = holds; WL_WRITE
+                :: else -> skip
+                fi;
+                uphase = U_HELD;
+                printf("MSC: the user deactivates the Workload with hold %d: the hold is complete\n", holds) }
+#ifdef RELEASEWLFIRST
+  :: d_step { uphase == U_HELD -> RELEASE_WL; uphase = U_RELEASING;
+                printf("MSC: the user releases hold %d: reactivates the Workload first\n", holds) }
+  :: d_step { uphase == U_RELEASING -> tj_hold = false; TJ_WRITE; uphase = U_FREE;
+#if (PROPS & 64)
+                assert(wl_hold != holds);                                 /* (g) */
+#endif
+                printf("MSC: the user removes hold %d from the TrainJob: the release is complete\n", holds) }
+#else
+  :: d_step { uphase == U_HELD -> tj_hold = false; TJ_WRITE; uphase = U_RELEASING;
+                printf("MSC: the user releases hold %d: removes its record from the TrainJob\n", holds) }
+  :: d_step { uphase == U_RELEASING -> RELEASE_WL; uphase = U_FREE;
+#if (PROPS & 64)
+                assert(wl_hold != holds);                                 /* (g) */
+#endif
+                printf("MSC: the user reactivates the Workload: the release of hold %d is complete\n", holds) }
+#endif
+#endif
 
   /* Kueue evicts a deactivated Workload that holds quota, in one write: Evicted=True,
    * Admitted=False, every check reset to Pending, the eviction count up by one */
@@ -595,6 +742,9 @@ proctype Cluster() {
    * status with the resourceVersion it read, so it never admits one whose hold it has not
    * seen. Dropping wl_active here adds no reachable state.) */
   :: d_step { wl_active && quota && (ready || !checkon) && !admitted && !evicted ->
+#if (PROPS & 32)
+                assert(uphase != U_HELD);                                 /* (f) */
+#endif
                 admitted = true; gated = checkon; WL_WRITE;
                 printf("MSC: Kueue admits the Workload\n") }
   /* Kueue's job reconciler starts the job of an admitted Workload: a new execution */
@@ -691,16 +841,16 @@ proctype Cluster() {
                 NEW_EXEC; printf("MSC: JobSet %d restarts: J = %d, a new execution\n", js, J) }
 #endif
 #ifdef REMAKE
-  /* Kueue finds the (active) Workload no longer matches the job, or gone: it suspends the
-   * job if it runs, deletes the Workload and makes a new one: a new UID, no quota, not
-   * admitted (jobframework's ensureOneWorkload suspends a running job first; the model
-   * does it all in one step) */
-  :: d_step { wl_active && nremake < MAXREMAKE ->
+  /* Kueue finds the Workload, held or not, no longer matches the job, or anyone deleted
+   * it: Kueue suspends the job if it runs, and makes a new one: a new UID, active, no hold
+   * record, no quota, not admitted (jobframework's ensureOneWorkload suspends a running
+   * job first; the model does it all in one step) */
+  :: d_step { nremake < MAXREMAKE ->
                 if
                 :: !suspended -> suspended = true; TJ_WRITE; STOP_PODS; HALT; own_token = false
                 :: else -> skip
                 fi;
-                nremake++; wuid++; quota = false; evicted = false; admitted = false;
+                nremake++; wuid++; wl_hold = 0; quota = false; evicted = false; admitted = false;
                 ready = false; msg = 0; ev = 0; WL_WRITE;
                 printf("MSC: Kueue re-makes the Workload (suspending the job): Workload %d\n", wuid) }
 #endif
@@ -717,7 +867,11 @@ proctype Cluster() {
                 att++; STOP_PODS; DROP_FIN;
                 suspended = true; A = 0; tok = 0; tokw = 0; appr = NOJS; own_token = false;
                 TJ_WRITE;
-                wuid++; wl_active = true; quota = false; evicted = false; admitted = false;
+                wuid++; wl_hold = 0; quota = false; evicted = false; admitted = false;
+#ifndef NOHOLDRECORD
+                tj_hold = false;
+#endif
+                uphase = U_FREE;            /* the hold ends with the attempt */
                 ready = false; msg = 0; ev = 0; WL_WRITE;
                 js++; J = 0; NEW_EXEC;
                 printf("MSC: StopJob, and attempt %d starts: TrainJob, Workload %d, JobSet %d\n", att, wuid, js) }

@@ -38,6 +38,10 @@ PROPERTIES = {
          "and all its pods have its identity",
     "d": "the gate never waits on finished pods alone",
     "e": "never alive pods of two identities at once",
+    "f": "a hold is never lost: while the user holds the job, no Workload is approved "
+         "(check Ready) or admitted",
+    "g": "a release is never lost: a released hold's record never comes back onto the "
+         "Workload",
 }
 MEMLIM_MB = 4096
 """pan's memory bound: a variant that needs more stops, reported as not complete."""
@@ -108,10 +112,25 @@ VARIANTS = (
     Variant("nowlconfirm", ("ATTEMPTS=2", "NOWLCONFIRM", "MAXHOLD=1"), True,
             "raising A without first GETting the Workload live: a decision about attempt "
             "1's Workload raises A on attempt 2's TrainJob", bfs=True),
-    Variant("remake", ("REMAKE", "MAXHOLD=1"), False, "Kueue re-makes the Workload"),
+    Variant("remake", ("REMAKE", "MAXHOLD=1"), False,
+            "Kueue re-makes the Workload, at any moment, a held one too: the hold outlives "
+            "it, and a release is never lost"),
     Variant("nowlconfirm-remake", ("REMAKE", "NOWLCONFIRM", "MAXHOLD=1"), True,
             "the same without the live GET of the Workload: a decision about the old "
             "Workload raises A after the new one's raise", bfs=True),
+    # --- holds that outlive a re-made Workload: the hold record on the TrainJob --------
+    Variant("noholdrecord", ("REMAKE", "NOHOLDRECORD", "MAXHOLD=1"), True,
+            "the hold on the Workload only: the re-made Workload of a held job is approved",
+            bfs=True),
+    Variant("cachedholdcopy", ("REMAKE", "CACHEDHOLDCOPY", "MAXHOLD=1"), True,
+            "the hold copy judging the TrainJob from its cache, not live: a released hold "
+            "comes back", bfs=True),
+    Variant("noreleasewrite", ("REMAKE", "NORELEASEWRITE", "MAXHOLD=1"), True,
+            "the release not writing a re-made Workload that carries no record: a hold "
+            "copy judged before the release lands after it", bfs=True),
+    Variant("releasewlfirst", ("REMAKE", "RELEASEWLFIRST", "MAXHOLD=1"), True,
+            "the release reactivating the Workload before removing the TrainJob's record: "
+            "the hold copy holds it again", bfs=True),
     # --- the check removed from the ClusterQueue ---------------------------------------
     Variant("checkremoval", ("CHECKREMOVAL", "JOBSETS", "MAXRESTART=0", "MAXHOLD=1",
                              "PROPS=26"), False,
@@ -190,7 +209,7 @@ def _property_of_line(model: str, lineno: int) -> str:
     """The property a failed assertion belongs to: the '(a)' tag on its model line."""
     lines = model.splitlines()
     if 0 < lineno <= len(lines):
-        m = re.search(r"/\* \(([a-e])\)", lines[lineno - 1])
+        m = re.search(r"/\* \(([a-g])\)", lines[lineno - 1])
         if m:
             return m.group(1)
     return ""

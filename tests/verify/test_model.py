@@ -3,10 +3,11 @@
 The protocol must verify exhaustively, with no error, on every path that makes a pod: the
 gate alone (also with a GET of the Lease before each write, or with no leadership check at
 all), ranks that finish early, JobSets re-made and restarted with the rebind and the pod
-fence, a second attempt after StopJob, a re-made Workload, and the check removed from the
-ClusterQueue. The same model with one rule removed must produce a counterexample, and so
-must the two known limits (docs/readmission-model.md). Probes show that the new paths are
-not vacuous: each one's key step happens in some run.
+fence, a second attempt after StopJob, a re-made Workload (of a held job too: the hold
+outlives it), and the check removed from the ClusterQueue. The same model with one rule
+removed must produce a counterexample, and so must the two known limits
+(docs/readmission-model.md). Probes show that the new paths are not vacuous: each one's key
+step happens in some run.
 Needs spin and gcc; skipped, saying so, when either is absent.
 """
 
@@ -133,7 +134,8 @@ def test_the_variants_come_from_one_model() -> None:
             assert re.search(rf"\b{macro}\b", directives), f"{v.name}: {macro} unused"
     for macro in ("NOFENCE", "NOEVICTGUARD", "TOKENEQ", "CACHEDPODS", "FINISHEDBLOCK",
                   "NOPODFENCE", "NOJOBSETRECORD", "NOATTEMPTBASE", "NOWLCONFIRM",
-                  "CACHEDJOBSET", "RECORDNONE", "PODRACE"):
+                  "CACHEDJOBSET", "RECORDNONE", "PODRACE", "NOHOLDRECORD", "CACHEDHOLDCOPY",
+                  "NORELEASEWRITE", "RELEASEWLFIRST"):
         assert any(macro in v.defines for v in run.VARIANTS), macro
     assert _variant("fenced").defines == ()
     assert {v.name for v in run.VARIANTS if not v.must_fail} == set(MUST_VERIFY)
@@ -201,6 +203,14 @@ def test_without_the_pod_fence_a_remade_jobset_runs_beside_the_old_one(
     ("nowlconfirm-remake", {"b"}, "re-makes the Workload"),
     # the check removed and no pod fence
     ("nocheckpodfence", {"e"}, "removes dispatch's check"),
+    # the hold on the Workload only: the re-made Workload of a held job is approved
+    ("noholdrecord", {"f"}, "re-makes the Workload"),
+    # the hold copy from a cache: a released hold comes back
+    ("cachedholdcopy", {"g"}, "the TrainJob in its cache carries hold"),
+    # the release not writing a re-made Workload: a copy judged before it lands after it
+    ("noreleasewrite", {"g"}, "re-makes the Workload"),
+    # the release reactivating the Workload first: the copy holds the job again
+    ("releasewlfirst", {"g"}, "reactivates the Workload first"),
 ])
 def test_each_rule_of_the_new_paths_is_needed(name: str, props: set[str], step: str,
                                               results: dict[str, run.Result],
@@ -253,6 +263,12 @@ PROBES = {
     # Kueue admits without the check, and a pod starts (one the gate approved before)
     "ungated": ("checkremoval", "                nrun++; ncreated++; al_cur = true;",
                 "                assert(gated || A == 0);\n", True),
+    # the Workload of a held job is re-made; the leader declines to approve the new one, as
+    # its TrainJob carries the hold; and copies the hold onto it
+    "heldremake": ("remake", "nremake++; wuid++;", "assert(uphase != U_HELD); ", True),
+    "heldrefusal": ("remake", "FORGET;             /* held: never approved */",
+                    "assert(wuid == 0); ", True),
+    "holdcopy": ("remake", "wl_hold = hc_r; WL_WRITE;", "assert(wuid == 0); ", True),
 }
 
 
