@@ -175,6 +175,10 @@ class KueueMode:
                        control: errors.KubeError | None) -> CapabilityStatus:
         return preflight.judge_kueue_a_writes(probe, who, a_write, control)
 
+    def judge_guard(self, probe: str, who: str, unqueue: errors.KubeError | None,
+                    resume: errors.KubeError | None) -> CapabilityStatus:
+        return preflight.judge_kueue_guard(probe, who, unqueue, resume)
+
 
 def _name(obj: Mapping[str, Any] | None) -> str:
     m = meta(obj)

@@ -126,3 +126,7 @@ class PlainMode:
     def judge_a_writes(self, probe: str, who: str, a_write: errors.KubeError | None,
                        control: errors.KubeError | None) -> CapabilityStatus:
         return preflight.judge_plain_a_writes(probe, who, a_write, control)
+
+    def judge_guard(self, probe: str, who: str, unqueue: errors.KubeError | None,
+                    resume: errors.KubeError | None) -> CapabilityStatus:
+        return preflight.judge_plain_guard(probe, who, resume)

@@ -488,6 +488,12 @@ patches:
       kind: ConfigMap
       metadata: {name: dispatch-admission-count-plain, namespace: dispatch-system}
       data: {writers: "kubernetes-admin\n"}
+  - target: {kind: ConfigMap, name: dispatch-admission-count-kueue}
+    patch: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: dispatch-admission-count-kueue, namespace: dispatch-system}
+      data: {resumers: "kueue-controller\ntrainer-controller\n"}
 EOF
   log "deploying the admission controller (kubectl apply -k) to ${NODES[0]}"
   kctl apply --server-side --force-conflicts -k "$O" >>"$STATE/logs/install.log" 2>&1 \

@@ -58,8 +58,12 @@ from dispatch_kubeflow.preflight.a_writes import (
     a_write_patch,
     control_patch,
     judge_kueue_a_writes,
+    judge_kueue_guard,
     judge_plain_a_writes,
+    judge_plain_guard,
     refused_by_policy,
+    resume_patch,
+    unqueue_patch,
 )
 from dispatch_kubeflow.preflight.access import (
     Permission,
@@ -91,13 +95,17 @@ __all__ = [
     "control_patch",
     "dry_run_pod",
     "judge_kueue_a_writes",
+    "judge_kueue_guard",
     "judge_plain_a_writes",
+    "judge_plain_guard",
     "lease_fresh",
     "observe_only_reasons",
     "permissions",
     "probe_body",
     "refused_by_policy",
+    "resume_patch",
     "run",
+    "unqueue_patch",
 ]
 
 

@@ -6,6 +6,12 @@ the first must be refused (403 Forbidden or 422 Invalid, about the probe) while 
 is admitted: ValidatingAdmissionPolicy ``dispatch-admission-count`` is in force, so only the
 admission controller raises A. In plain mode the library raises A itself, so both must be
 admitted.
+
+The same policy guards the paths that would run a dispatch TrainJob past the gate: two more
+dry-run patches of the probe, one taking its ``kueue.x-k8s.io/queue-name`` label off and one
+resuming it (``spec.suspend: false``). In Kueue mode both must be refused (only Kueue,
+Trainer and the controller may); in plain mode the library resumes what it admits, so the
+resume must be admitted.
 """
 
 from __future__ import annotations
@@ -46,6 +52,16 @@ def a_write_patch() -> dict[str, Any]:
 def control_patch() -> dict[str, Any]:
     """The dry-run merge patch of another annotation: the policy must admit it (pure)."""
     return {"metadata": {"annotations": {A_CONTROL_ANNOTATION: "dry-run"}}}
+
+
+def unqueue_patch() -> dict[str, Any]:
+    """The dry-run merge patch that takes the probe out of Kueue's hands (pure)."""
+    return {"metadata": {"labels": {names.QUEUE_NAME_LABEL: None}}}
+
+
+def resume_patch() -> dict[str, Any]:
+    """The dry-run merge patch that resumes the (suspended) probe (pure)."""
+    return {"spec": {"suspend": False}}
 
 
 def refused_by_policy(exc: errors.KubeError, probe_name: str) -> bool:
@@ -108,6 +124,41 @@ def judge_plain_a_writes(probe: str, who: str, a_write: errors.KubeError | None,
               f"TrainJob {probe} by {who} was refused{how}")
 
 
+def judge_kueue_guard(probe: str, who: str, unqueue: errors.KubeError | None,
+                      resume: errors.KubeError | None) -> CapabilityStatus:
+    """Kueue mode: only Kueue, Trainer and the controller may resume a dispatch TrainJob or
+    take its queue label off, so both dry-run patches must be refused by the policy (pure)."""
+    params = f"ConfigMap {names.CONTROLLER_NAMESPACE}/{a_binding(True)}"
+    for what, exc in (("take the queue label off", unqueue), ("resume", resume)):
+        if exc is None:
+            return no(f"{who} may {what} probe TrainJob {probe} (a dry-run patch was "
+                      "admitted), so a dispatch job could run past the readmission gate: "
+                      f"ValidatingAdmissionPolicy {A_POLICY} is not in force, or {params} "
+                      f"lists {who} (keys writers, resumers). Apply deploy/admission "
+                      "(admission-count-policy.yaml) and list only Kueue, Trainer and the "
+                      "admission controller there")
+        if not refused_by_policy(exc, probe):
+            return unknown(f"could not prove who may {what} a dispatch TrainJob: a dry-run "
+                           f"patch of probe TrainJob {probe} was refused, but not as "
+                           f"ValidatingAdmissionPolicy {A_POLICY} refuses: {exc}")
+    return yes(f"nobody else may resume a dispatch TrainJob or take its queue label off: "
+               f"dry-run patches doing so to probe TrainJob {probe} by {who} were refused "
+               f"by ValidatingAdmissionPolicy {A_POLICY}")
+
+
+def judge_plain_guard(probe: str, who: str, resume: errors.KubeError | None) -> CapabilityStatus:
+    """Plain mode: the library resumes what it admits, so the resume must be admitted."""
+    params = f"ConfigMap {names.CONTROLLER_NAMESPACE}/{a_binding(False)}"
+    if resume is None:
+        return yes(f"plain mode: the library resumes the jobs it admits, and {who} may: a "
+                   f"dry-run resume of probe TrainJob {probe} was admitted")
+    how = (f" ({resume.status} {resume.reason}): add {who} to {params} (key writers) of "
+           f"ValidatingAdmissionPolicy {A_POLICY}" if refused_by_policy(resume, probe)
+           else f": {resume}")
+    return no(f"plain mode: the library resumes the jobs it admits, but a dry-run resume of "
+              f"probe TrainJob {probe} by {who} was refused{how}")
+
+
 def _unproven(probe: str, control: errors.KubeError) -> CapabilityStatus:
     return unknown(f"could not prove who may write A: a dry-run patch of another "
                    f"annotation of probe TrainJob {probe} was refused: {control}")
@@ -134,8 +185,17 @@ async def _dry_run_patch(kube: KubeAPI, namespace: str, name: str,
 
 async def check_a_writes(kube: KubeAPI, ns: str, probe_name: str,
                          mode: PreflightMode) -> CapabilityStatus:
-    """Who may write the probe's A: in Kueue mode only the controller, in plain mode we."""
-    who, a_write, control = await asyncio.gather(
+    """Who may write the probe's A (in Kueue mode only the controller, in plain mode we),
+    and who may resume it or take its queue label off."""
+    who, a_write, control, unqueue, resume = await asyncio.gather(
         _who_am_i(kube), _dry_run_patch(kube, ns, probe_name, a_write_patch()),
-        _dry_run_patch(kube, ns, probe_name, control_patch()))
-    return mode.judge_a_writes(probe_name, who, a_write, control)
+        _dry_run_patch(kube, ns, probe_name, control_patch()),
+        _dry_run_patch(kube, ns, probe_name, unqueue_patch()),
+        _dry_run_patch(kube, ns, probe_name, resume_patch()))
+    writes = mode.judge_a_writes(probe_name, who, a_write, control)
+    if not writes.ok:
+        return writes
+    guard = mode.judge_guard(probe_name, who, unqueue, resume)
+    if not guard.ok:
+        return guard
+    return yes(f"{writes.reason}\n{guard.reason}")

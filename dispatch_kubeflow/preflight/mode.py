@@ -48,3 +48,9 @@ class PreflightMode(Protocol):
                        control: errors.KubeError | None) -> CapabilityStatus:
         """What the two dry-run patches prove about who may write A in this mode."""
         ...
+
+    def judge_guard(self, probe: str, who: str, unqueue: errors.KubeError | None,
+                    resume: errors.KubeError | None) -> CapabilityStatus:
+        """What the dry-run patches that take the probe's queue label off and resume it
+        prove about who may run a dispatch TrainJob past the gate in this mode."""
+        ...

@@ -402,14 +402,22 @@ async def username(kube: Kube) -> str:
     return str(review["status"]["userInfo"]["username"])
 
 
+LOCAL_RESUMERS = "kueue-controller\ntrainer-controller\n"
+"""Kueue's and Trainer's users on the local cluster (deploy/local/pki.sh), as up.sh lists
+them: they resume Kueue-mode TrainJobs (the policy's key resumers)."""
+
+
 def a_policy_docs(library_user: str) -> list[Obj]:
     """The policy, its bindings and their ConfigMaps as the local cluster has them: the
-    plain-mode list names the tests' library (the admin), the Kueue-mode one is as shipped.
+    plain-mode list names the tests' library (the admin), the Kueue-mode one lists the local
+    Kueue and Trainer as resumers.
     ConfigMaps first and bindings last: a binding without its ConfigMap refuses every write."""
     docs = manifest(A_POLICY_FILE)
     for d in docs:
         if d["kind"] == "ConfigMap" and d["metadata"]["name"] == preflight.a_binding(False):
             d["data"] = {"writers": f"{library_user}\n"}
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == preflight.a_binding(True):
+            d["data"]["resumers"] = LOCAL_RESUMERS
     order = ["ConfigMap", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     return sorted(docs, key=lambda d: order.index(d["kind"]))
 

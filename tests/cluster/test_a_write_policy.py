@@ -30,8 +30,15 @@ from tests.cluster.admission_fixture import (
     username,
     wait_a_policy_in_force,
 )
-from tests.cluster.helpers import delete_cluster_queue, eventually, make_queues, token_kubeconfig
+from tests.cluster.helpers import (
+    STATE_ROOT,
+    delete_cluster_queue,
+    eventually,
+    make_queues,
+    token_kubeconfig,
+)
 from tests.cluster.test_adapter_kueue import settings
+from tests.conftest import LOCAL_CLUSTER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 Obj = dict[str, Any]
@@ -248,3 +255,48 @@ async def test_preflight_proves_the_policy_is_in_force(
                 in policy
     finally:
         await delete_cluster_queue(kube, namespace)
+
+
+def dispatch_trainjob(name: str, *, queued: bool) -> Obj:
+    """A suspended dispatch TrainJob (Start's job-id label), Kueue-mode when ``queued``."""
+    body = trainjob(name, queued=queued)
+    body["metadata"]["annotations"] = {}
+    body["metadata"]["labels"][names.JOB_ID_LABEL] = "01JGUARD"
+    return body
+
+
+async def test_nobody_else_resumes_or_unqueues_a_dispatch_trainjob(
+        kube: Kube, namespace: str, patcher: Kube, controller: Kube) -> None:
+    """Issue 26, item 5: taking a Kueue-mode dispatch TrainJob out of Kueue's hands or
+    resuming it would run it past the gate; only the ConfigMap's writers and resumers may
+    (Kueue, Trainer and the controller; in plain mode the library)."""
+    ns = namespace
+    await kube.create(r.TRAINJOB, dispatch_trainjob("tj-guarded", queued=True), ns)
+    unqueue = {"metadata": {"labels": {names.QUEUE_NAME_LABEL: None}}}
+    resume = {"spec": {"suspend": False}}
+    for who in (patcher, kube):  # a ServiceAccount with patch, and the library (the admin)
+        for body in (unqueue, resume):
+            exc = await refused(who.patch(r.TRAINJOB, "tj-guarded", body, ns), "tj-guarded")
+            assert "dispatch TrainJob tj-guarded" in exc.body.get("message", "")
+    tj = await kube.get(r.TRAINJOB, "tj-guarded", ns)
+    assert tj["spec"]["suspend"] is True
+    assert tj["metadata"]["labels"][names.QUEUE_NAME_LABEL] == "lq"
+    # Suspending, other labels and the hold stay anybody's who may patch.
+    await patcher.patch(r.TRAINJOB, "tj-guarded", {"metadata": {"labels": {"team": "t"}}}, ns)
+    # Kueue resumes what it admits: its identity may (a dry run; the local cluster's user).
+    kueue_kubeconfig = STATE_ROOT / LOCAL_CLUSTER / "kueue.kubeconfig"
+    if kueue_kubeconfig.exists():
+        async with await Kube.connect(kubeconfig=str(kueue_kubeconfig)) as as_kueue:
+            await as_kueue.patch(r.TRAINJOB, "tj-guarded", resume, ns, dry_run=True)
+
+    # Not a dispatch TrainJob (no job-id label): the guard does not look at it.
+    other = trainjob("tj-other", queued=True)
+    other["metadata"]["annotations"] = {}
+    await kube.create(r.TRAINJOB, other, ns)
+    await patcher.patch(r.TRAINJOB, "tj-other", resume, ns, dry_run=True)
+
+    # Plain mode: the library resumes what it admits; nobody else may.
+    await kube.create(r.TRAINJOB, dispatch_trainjob("tj-plain-guarded", queued=False), ns)
+    await refused(patcher.patch(r.TRAINJOB, "tj-plain-guarded", resume, ns),
+                  "tj-plain-guarded")
+    await kube.patch(r.TRAINJOB, "tj-plain-guarded", resume, ns, dry_run=True)

@@ -146,9 +146,20 @@ def test_the_policy_guards_both_annotations_of_trainjobs_only_on_writes() -> Non
     keys = next(v for v in spec["variables"] if v["name"] == "keys")["expression"]
     assert f"'{names.ADMISSION_COUNT}'" in keys
     assert f"'{names.ADMISSION_TOKEN}'" in keys
-    (validation,) = spec["validations"]
-    assert validation["reason"] == "Forbidden"
-    assert (403, validation["reason"]) in preflight.POLICY_DENIALS
+    a_rule, guard = spec["validations"]
+    for validation in (a_rule, guard):
+        assert validation["reason"] == "Forbidden"
+        assert (403, validation["reason"]) in preflight.POLICY_DENIALS
+    # The guard: queue label removal and resume, by the binding's writers and resumers only.
+    assert "variables.unqueued || variables.resumed" in guard["expression"]
+    assert "variables.resumers" in guard["expression"]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert f"'{names.JOB_ID_LABEL}' in oldObject.metadata.labels" in variables["dispatchJob"]
+    assert f"'{names.QUEUE_NAME_LABEL}' in oldObject.metadata.labels" in variables["unqueued"]
+    assert "oldObject.spec.?suspend.orValue(false) == true" in variables["resumed"]
+    kueue = next(d for d in docs() if d["kind"] == "ConfigMap"
+                 and d["metadata"]["name"] == preflight.a_binding(True))
+    assert "kueue-system:kueue-controller-manager" in kueue["data"]["resumers"]
 
 
 def test_the_bindings_split_every_trainjob_and_fail_closed() -> None:
@@ -185,3 +196,36 @@ def test_the_shipped_lists() -> None:
         f"system:serviceaccount:{sa['namespace']}:{sa['name']}"]
     plain = lists[preflight.a_binding(False)]["data"]["writers"]
     assert plain.strip() == ""  # nobody until the operator names the library's identity
+
+
+# --- the guard: resuming and unqueueing a dispatch TrainJob -------------------------------------
+
+def test_kueue_mode_guard_needs_both_refused_by_the_policy() -> None:
+    who = "system:serviceaccount:t:svc"
+    ok = preflight.judge_kueue_guard(PROBE, who, denial(403, "Forbidden"),
+                                     denial(403, "Forbidden"))
+    assert ok.value is CapabilityValue.YES
+    assert ok.reason.startswith("nobody else may resume a dispatch TrainJob")
+    resumable = preflight.judge_kueue_guard(PROBE, who, denial(403, "Forbidden"), None)
+    assert resumable.value is CapabilityValue.NO
+    assert resumable.reason.startswith(f"{who} may resume probe TrainJob {PROBE}")
+    assert "keys writers, resumers" in resumable.reason
+    unqueued = preflight.judge_kueue_guard(PROBE, who, None, denial(403, "Forbidden"))
+    assert unqueued.value is CapabilityValue.NO
+    assert "take the queue label off" in unqueued.reason
+    other = preflight.judge_kueue_guard(PROBE, who, denial(422, "Invalid", kind="TrainJob"),
+                                        denial(403, "Forbidden"))
+    assert other.value is CapabilityValue.UNKNOWN
+
+
+def test_plain_mode_guard_needs_the_resume_admitted() -> None:
+    who = "system:serviceaccount:t:svc"
+    assert preflight.judge_plain_guard(PROBE, who, None).value is CapabilityValue.YES
+    refused = preflight.judge_plain_guard(PROBE, who, denial(403, "Forbidden"))
+    assert refused.value is CapabilityValue.NO
+    assert "(key writers)" in refused.reason
+
+
+def test_the_guard_patches() -> None:
+    assert preflight.unqueue_patch() == {"metadata": {"labels": {names.QUEUE_NAME_LABEL: None}}}
+    assert preflight.resume_patch() == {"spec": {"suspend": False}}
