@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.execution import UNBOUNDED_RESTARTS, unbounded_restarts
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta, metadata_only
 from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.kube import KubeAPI, retry
@@ -511,5 +512,15 @@ async def _read_runtime(kube: KubeAPI, namespace: str, runtime: RuntimeRef) -> d
         where = "" if runtime.kind == KIND_CLUSTER_TRAINING_RUNTIME else f" in {namespace}"
         raise errors.SpecError(
             f"spec.extensions.RuntimeRef: {runtime.kind} {runtime.runtime}{where} not found",
+            field="spec.extensions.RuntimeRef")
+    # Checked before anything is made: such a job's identity could not be kept higher.
+    unbounded = unbounded_restarts(((found.get("spec") or {}).get("template") or {}).get("spec"))
+    if unbounded:
+        raise errors.SpecError(
+            f"spec.extensions.RuntimeRef: {runtime.kind} {runtime.runtime}'s JobSet template "
+            f"sets spec.template.spec.{unbounded}: {UNBOUNDED_RESTARTS}, whose restarts do "
+            "not count towards maxRestarts, so a restart count J without bound and no "
+            "execution identity known to be higher than the last; use RestartJobSet (bounded "
+            "by maxRestarts) in the runtime dispatch jobs use",
             field="spec.extensions.RuntimeRef")
     return found

@@ -204,6 +204,22 @@ def max_restarts(jobset: Obj | None) -> int:
         return 0
 
 
+UNBOUNDED_RESTARTS = "RestartJobSetAndIgnoreMaxRestarts"
+"""JobSet's failure-policy action whose restarts do not count towards maxRestarts."""
+
+
+def unbounded_restarts(jobset_spec: Obj | None) -> str:
+    """The field (under the JobSet spec) that lets J grow past ``maxRestarts`` ("" when
+    none does): a failure-policy rule whose action is ``RestartJobSetAndIgnoreMaxRestarts``.
+    Such a JobSet's J has no bound, so no raise of A is known to pass every J its old
+    execution reached (:func:`raise_step`), and R = A + J may outgrow the epoch's span."""
+    rules = (((jobset_spec or {}).get("failurePolicy") or {}).get("rules")) or []
+    for i, rule in enumerate(rules):
+        if isinstance(rule, Mapping) and rule.get("action") == UNBOUNDED_RESTARTS:
+            return f"failurePolicy.rules[{i}].action"
+    return ""
+
+
 def raise_step(trainjob: Obj, jobset_uid: str, jobset: Obj | None) -> int:
     """By how much A rises when the gate approves an execution as ``jobset_uid``.
 

@@ -9,6 +9,7 @@ checks the orchestration's logic under far more interleavings than a cluster can
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -233,3 +234,20 @@ async def test_concurrent_kueue_starts_share_one_watch_of_the_workloads() -> Non
     await asyncio.sleep(LINGER_SECONDS + 1)
     assert shared.feeds == 0  # ... and then stops
     await shared.close()
+
+
+async def test_a_runtime_whose_restarts_have_no_bound_is_refused_and_nothing_made() -> None:
+    """JobSet's RestartJobSetAndIgnoreMaxRestarts lets J grow past maxRestarts: no raise of
+    A is known to pass the old execution's J, so Start refuses the runtime before it makes
+    anything."""
+    k = FakeKube(0)
+    unbounded: dict[str, Any] = copy.deepcopy(SOURCE)
+    unbounded["spec"]["template"]["spec"]["failurePolicy"] = {"maxRestarts": 3, "rules": [
+        {"action": "RestartJobSet"}, {"action": "RestartJobSetAndIgnoreMaxRestarts"}]}
+    await k.create(CLUSTER_TRAINING_RUNTIME, unbounded)
+    with pytest.raises(errors.SpecError) as err:
+        await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, request(0))
+    assert err.value.field == "spec.extensions.RuntimeRef"
+    assert "spec.template.spec.failurePolicy.rules[1].action" in str(err.value)
+    assert k.all(TRAINJOB) == []
+    assert k.all(TRAINING_RUNTIME) == []
