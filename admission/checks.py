@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from admission.intake import Caches, Feed, Obj
 from admission.lease import LeaderElector
 from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.kueue import is_our_check
 from dispatch_kubeflow.core.objects import condition
 from dispatch_kubeflow.core.times import format_time
 from dispatch_kubeflow.kube import KubeAPI
@@ -34,10 +35,6 @@ class ActiveState:
     status: str
     reason: str
     message: str
-
-
-def is_ours(ac: Obj) -> bool:
-    return (ac.get("spec") or {}).get("controllerName") == names.CONTROLLER_NAME
 
 
 def desired(ac: Obj, *, identity: str, lease: str, stopping: bool = False) -> ActiveState:
@@ -103,7 +100,7 @@ class ActiveConditions:
         leader shutting down with no successor writes, though it no longer leads."""
         ok = True
         for ac in self.caches.admission_checks():
-            if not is_ours(ac) or not (self.elector.is_leader() or last_leader):
+            if not is_our_check(ac) or not (self.elector.is_leader() or last_leader):
                 continue
             want = desired(ac, identity=self.elector.identity, lease=self.lease,
                            stopping=stopping)

@@ -16,10 +16,11 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
-from admission.intake import Caches, Feed, Key, Obj, key_of, trainjob_of
+from admission.intake import Caches, Feed, Key, Obj, key_of
 from admission.lease import LeaderElector
 from admission.observability import Metrics
 from dispatch_kubeflow.core import errors, hold, names
+from dispatch_kubeflow.core.kueue import trainjob_of
 from dispatch_kubeflow.core.objects import annotations_of
 from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.kube import KubeAPI

@@ -27,6 +27,7 @@ from typing import Any
 
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.execution import is_alive
+from dispatch_kubeflow.core.kueue import checks_listed, is_our_check, trainjob_of
 from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import (
@@ -52,26 +53,6 @@ LISTED = "LISTED"
 def key_of(obj: Mapping[str, Any]) -> Key:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-
-def trainjob_of(wl: Mapping[str, Any]) -> str | None:
-    """The name of the TrainJob that controls this Workload, or None."""
-    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if (ref.get("kind") == "TrainJob" and ref.get("controller")
-                and str(ref.get("apiVersion", "")).startswith(names.TRAINER_GROUP + "/")):
-            return str(ref.get("name") or "") or None
-    return None
-
-
-def is_our_check(ac: Mapping[str, Any]) -> bool:
-    return (ac.get("spec") or {}).get("controllerName") == names.CONTROLLER_NAME
-
-
-def checks_listed(cq: Mapping[str, Any]) -> frozenset[str]:
-    """The AdmissionChecks a ClusterQueue lists (admissionChecksStrategy)."""
-    rules = ((cq.get("spec") or {}).get("admissionChecksStrategy") or {}).get(
-        "admissionChecks") or []
-    return frozenset(str(r.get("name")) for r in rules)
 
 
 # --- index functions: object -> {key: value}; an empty dict takes the object out ----------

@@ -25,50 +25,16 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 from dispatch_kubeflow.core import errors
+from dispatch_kubeflow.core.lease import LeaseRecord
 from dispatch_kubeflow.core.times import format_microtime
 from dispatch_kubeflow.kube import KubeAPI, retry
 from dispatch_kubeflow.kube.resources import LEASE
 
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True, slots=True)
-class LeaseRecord:
-    """The leader-election fields of a Lease's spec."""
-
-    holder: str = ""
-    duration: int = 0
-    acquire_time: str = ""
-    renew_time: str = ""
-    transitions: int = 0
-
-    @classmethod
-    def from_lease(cls, lease: dict[str, Any]) -> LeaseRecord:
-        spec = lease.get("spec") or {}
-        return cls(
-            holder=str(spec.get("holderIdentity") or ""),
-            duration=int(spec.get("leaseDurationSeconds") or 0),
-            acquire_time=str(spec.get("acquireTime") or ""),
-            renew_time=str(spec.get("renewTime") or ""),
-            transitions=int(spec.get("leaseTransitions") or 0),
-        )
-
-    def spec(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "holderIdentity": self.holder,
-            "leaseDurationSeconds": self.duration,
-            "leaseTransitions": self.transitions,
-        }
-        if self.acquire_time:
-            out["acquireTime"] = self.acquire_time
-        if self.renew_time:
-            out["renewTime"] = self.renew_time
-        return out
-
 
 def expires_at(observed_at: float, record: LeaseRecord) -> float:
     """When (on our monotonic clock) a record last seen changing at ``observed_at`` expires."""

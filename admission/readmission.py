@@ -41,10 +41,7 @@ from admission.intake import (
     Feed,
     Key,
     Obj,
-    checks_listed,
-    is_our_check,
     key_of,
-    trainjob_of,
 )
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
@@ -61,6 +58,7 @@ from dispatch_kubeflow.core.execution import (
     plan_rebind,
     raise_step,
 )
+from dispatch_kubeflow.core.kueue import checks_listed, is_our_check, trainjob_of
 from dispatch_kubeflow.core.objects import (
     annotations_of,
     condition,

@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.kueue import check_rules, is_our_check
+from dispatch_kubeflow.core.lease import LeaseRecord
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.kube import KubeAPI
@@ -31,12 +33,11 @@ from dispatch_kubeflow.waits import wait_for
 
 def lease_fresh(lease: Mapping[str, Any], now: datetime) -> tuple[bool, str]:
     """Leader-election freshness judged by renewTime against ``now`` (pure)."""
-    spec = lease.get("spec") or {}
-    holder = spec.get("holderIdentity") or ""
+    record = LeaseRecord.from_lease(lease)
+    holder, duration = record.holder, record.duration
     if not holder:
         return False, "has no holder"
-    duration = int(spec.get("leaseDurationSeconds") or 0)
-    renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
+    renewed = parse_time(record.renew_time) or parse_time(record.acquire_time)
     if renewed is None or duration <= 0:
         return False, f"is held by {holder} but has no renewTime or leaseDurationSeconds"
     age = (now - renewed).total_seconds()
@@ -49,9 +50,7 @@ def lease_fresh(lease: Mapping[str, Any], now: datetime) -> tuple[bool, str]:
 def check_queue(cluster_queue: Mapping[str, Any], check_name: str) -> str | None:
     """Why the ClusterQueue does not gate every workload by the check (None: it does)."""
     cq = meta(cluster_queue).get("name")
-    rules = ((cluster_queue.get("spec") or {}).get("admissionChecksStrategy") or {}).get(
-        "admissionChecks") or []
-    for rule in rules:
+    for rule in check_rules(cluster_queue):
         if rule.get("name") == check_name:
             flavors = rule.get("onFlavors") or []
             if flavors:
@@ -88,8 +87,8 @@ async def check_readmission(kube: KubeAPI, ns: str, kueue: KueueSettings,
     if ac is None:
         return no(f"ClusterQueue {cq_name} lists AdmissionCheck {kueue.admission_check}, "
                    "which does not exist")
-    controller = str((ac.get("spec") or {}).get("controllerName") or "")
-    if controller != names.CONTROLLER_NAME:
+    if not is_our_check(ac):
+        controller = str((ac.get("spec") or {}).get("controllerName") or "")
         return no(f"AdmissionCheck {kueue.admission_check} is served by controller "
                    f"{controller or '(none)'}, not dispatch's admission controller "
                    f"({names.CONTROLLER_NAME})")
@@ -110,14 +109,13 @@ async def check_readmission(kube: KubeAPI, ns: str, kueue: KueueSettings,
 async def _watch_renewal(kube: KubeAPI, lease: Mapping[str, Any], seconds: float,
                          stale: str) -> tuple[bool, str]:
     """Watch the Lease: a renewal seen happen proves its holder alive (clock-independent)."""
-    spec = lease.get("spec") or {}
-    duration = float(spec.get("leaseDurationSeconds") or 0)
-    first = (spec.get("holderIdentity"), spec.get("renewTime"))
+    record = LeaseRecord.from_lease(lease)
+    duration = float(record.duration)
+    first = (record.holder, record.renew_time)
 
     def renewed(leases: Mapping[str, dict[str, Any]]) -> bool | None:
-        now = leases.get(names.LEASE_NAME)
-        s = (now or {}).get("spec") or {}
-        if s.get("holderIdentity") and (s.get("holderIdentity"), s.get("renewTime")) != first:
+        now = LeaseRecord.from_lease(leases.get(names.LEASE_NAME) or {})
+        if now.holder and (now.holder, now.renew_time) != first:
             return True
         return None
 

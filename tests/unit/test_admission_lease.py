@@ -10,12 +10,12 @@ import pytest
 
 from admission.lease import (
     LeaderElector,
-    LeaseRecord,
     held_by_other,
     next_record,
     released_record,
 )
 from dispatch_kubeflow import errors
+from dispatch_kubeflow.core.lease import LeaseRecord
 from dispatch_kubeflow.core.times import format_microtime
 
 pytestmark = pytest.mark.virtual_time

@@ -16,6 +16,7 @@ from admission import checks, cli, holds, tls
 from admission.observability import JsonFormatter, parse_listen
 from admission.workqueue import WorkQueue
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.kueue import is_our_check
 
 
 @pytest.mark.parametrize("argv", [
@@ -77,7 +78,7 @@ def test_active_condition() -> None:
     assert checks.needs_write(written, stop)
     params = checks.desired(ac(parameters={"kind": "X"}), identity="me", lease="ns/l")
     assert (params.status, params.reason) == ("False", "ParametersNotSupported")
-    assert not checks.is_ours({"spec": {"controllerName": "kueue.x-k8s.io/provisioning"}})
+    assert not is_our_check({"spec": {"controllerName": "kueue.x-k8s.io/provisioning"}})
 
 
 def test_hold_expiry() -> None:
