@@ -108,36 +108,53 @@ async def kueue_makes_workloads(kube: Kube, namespace: str, limit: float) -> int
 
 
 async def workload_made(kube: Kube, namespace: str, tj: str, limit: float) -> int:
-    """Kueue made a Workload for the TrainJob ``tj``, touched every quiet
-    :data:`NUDGE_EVERY` seconds (see :func:`kueue_makes_workloads`). Returns the touches."""
+    """Kueue made a Workload and Trainer a JobSet for the TrainJob ``tj``, touched every
+    quiet :data:`NUDGE_EVERY` seconds (see :func:`kueue_makes_workloads`). Returns the
+    touches.
+
+    The JobSet too: the controller's approval names the JobSet it lets run, so it waits for
+    Trainer's (which Trainer v2.3.0 makes for a suspended TrainJob too), and right after an
+    API server restart Trainer's watches back off like Kueue's. A full-suite CI dry run
+    (2026-12-05) saw the check Pending "waiting for Trainer to make JobSet" for the whole
+    120 s after the restart: Trainer's lag, not the controller's, which that wait is not
+    about."""
     began = time.monotonic()
     nudges = 0
-    while await workload(kube, namespace, tj) is None:
+    while True:
+        missing = [what for what, there in (
+            ("Kueue's Workload", await workload(kube, namespace, tj) is not None),
+            ("Trainer's JobSet", await kube.get_or_none(r.JOBSET, tj, namespace) is not None))
+            if not there]
+        if not missing:
+            break
         waited = time.monotonic() - began
         if waited >= limit:
-            raise AssertionError(f"Kueue made no Workload for {namespace}/{tj} within {limit}s "
-                                 f"and {nudges} touches\n{kueue_log_errors()}")
+            raise AssertionError(f"no {' and no '.join(missing)} for {namespace}/{tj} within "
+                                 f"{limit}s and {nudges} touches\n{kueue_log_errors()}\n"
+                                 f"{kueue_log_errors(log_name='trainer.log')}")
         if waited >= (nudges + 1) * NUDGE_EVERY:
             nudges += 1
-            # A merge patch of our own annotation: idempotent, and only an event for Kueue.
+            # A merge patch of our own annotation: idempotent, and only an event for Kueue
+            # and Trainer.
             await kube.patch(r.TRAINJOB, tj, {"metadata": {"annotations": {
                 "dispatch.phpboyscout.uk/settle-nudge": str(nudges)}}}, namespace)
         await asyncio.sleep(0.25)
     if nudges:
         logging.getLogger(__name__).warning(
-            "Kueue made the settle probe's Workload after %d touch(es)", nudges)
+            "Kueue and Trainer made %s's Workload and JobSet after %d touch(es)", tj, nudges)
     return nudges
 
 
-def kueue_log_errors(lines: int = 20) -> str:
-    """The last error lines of the local cluster's Kueue (a host process; its log file)."""
-    log = STATE_ROOT / LOCAL_CLUSTER / "logs" / "kueue.log"
+def kueue_log_errors(lines: int = 20, log_name: str = "kueue.log") -> str:
+    """The last error lines of the local cluster's Kueue (or, by ``log_name``, Trainer):
+    a host process's log file."""
+    log = STATE_ROOT / LOCAL_CLUSTER / "logs" / log_name
     try:
         text = log.read_text(errors="replace").splitlines()
     except OSError as exc:
-        return f"(no Kueue log: {exc})"
+        return f"(no log {log_name}: {exc})"
     errors_ = [line[:400] for line in text if '"level":"error"' in line]
-    return "Kueue's last errors:\n" + "\n".join(errors_[-lines:])
+    return f"{log_name}'s last errors:\n" + "\n".join(errors_[-lines:])
 
 
 async def deployments_available(kube: Kube) -> bool:
@@ -229,8 +246,8 @@ async def test_the_controller_approves_an_admission_after_an_apiserver_restart(
     # Right after the restart the webhooks' informers may still be away (client-go's back-off):
     # create_trainjob rides that out, as Start does.
     _, second = await dispatch_job(kube, ns, "echo second", nodes=1)
-    # Kueue's own lag after a restart (kueue_makes_workloads) is not what this test judges:
-    # once Kueue has made the Workload, the controller must approve it within 120 s. (A
+    # Kueue's and Trainer's own lag after a restart (workload_made) is not what this test
+    # judges: once both have made theirs, the controller must approve within 120 s. (A
     # full-suite CI run, 2026-12-05, saw no Ready within 120 s and could not say whether a
     # Workload existed; the message now says.)
     await workload_made(kube, ns, second, limit=180)
