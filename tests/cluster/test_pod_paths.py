@@ -158,6 +158,36 @@ async def test_a_deleted_jobset_is_a_new_execution_after_the_old_pods(
     assert not (await backend.stop_job(job, "done")).alive
 
 
+RANK_ZERO_FAILS_FIRST = (
+    "env | grep '^DISPATCH_' | sort; echo ready; "
+    'case "$DISPATCH_ATTEMPT" in *.0) if [ "$JOB_COMPLETION_INDEX" = 0 ]; then sleep 3; '
+    "exit 1; fi;; esac; "
+    f"trap 'sleep {LINGER}; exit 143' TERM; while :; do sleep 1; done")
+
+
+async def test_a_jobset_restart_waits_for_the_lingering_ranks(
+        backend: Backend, kube: Kube, queued: str) -> None:  # noqa: F811
+    """JobSet's own restart (J + 1) is not the gate's: rank 0 fails at J = 0 while rank 1
+    spends 20 s in its TERM handler; the restarted execution's pods (J = 1) must not run
+    beside it, and then run at .1.1.1.1."""
+    job = JobID.new()
+    ref = await backend.start(StartRequest(job, 1, 1, spec(2, RANK_ZERO_FAILS_FIRST)))
+    async with watching(kube, ref) as log:
+        await backend.open(ref)
+
+        async def restarted() -> list[dict[str, Any]] | None:
+            pods = await running_pods(kube, ref, 2)
+            return pods if pods and all(attempt_of(p) == f"{job}.1.1.1.1" for p in pods) \
+                else None
+
+        await eventually(restarted, LINGER + 180, "the restarted execution's pods running")
+    assert log.overlaps() == []
+    lingered = [p for _, p in log.events if attempt_of(p) == f"{job}.1.1.1.0"
+                and p["metadata"].get("deletionTimestamp")]
+    assert lingered, "no pod of J = 0 was seen terminating: the test tried nothing"
+    assert not (await backend.stop_job(job, "done")).alive
+
+
 async def test_a_later_attempt_runs_above_every_execution_of_the_earlier_one(
         backend: Backend, kube: Kube, queued: str) -> None:  # noqa: F811
     """Case 2: attempt 1 held and released (epoch 1000002), stopped; attempt 2 of the same
