@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-PROPERTIES = ("clock", "a", "b", "c", "d", "e", "f", "start")
+PROPERTIES = ("clock", "a", "b", "c", "d", "e", "f", "g", "start")
 
 
 def load(paths: Sequence[Path]) -> list[dict[str, Any]]:

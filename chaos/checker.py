@@ -1,13 +1,15 @@
 """The checker: judges a run's ledger and operations against the project's guarantees.
 
-One function per property of issue 10's item 3, each taking the ledger lines, the
-operations and the final observations and returning a :class:`Verdict`; :func:`judge`
-returns them all. A ``clock`` verdict comes first: it says whether the ordering clock
-(wall time) can be trusted for this history at all.
+One function per property of issue 10's item 3 (and issue 26's liveness, g), each taking
+the ledger lines, the operations and the final observations and returning a
+:class:`Verdict`; :func:`judge` returns them all. A ``clock`` verdict comes first: it says
+whether the ordering clock (wall time) can be trusted for this history at all.
 
-Intervals are closed. An execution occupies ``[first start, last line]``, both ends
-included, so an execution whose first line carries exactly the timestamp of another's last
-line overlaps it: "no margin" means not even an equal microsecond.
+Intervals are closed. A pod occupies ``[first line, last line]`` and an execution
+``[first start, last line]``, both ends included, so a pod whose first line carries exactly
+the timestamp of another's last line overlaps it: "no margin" means not even an equal
+microsecond. A pod is its UID (its name in ledgers from before the UID was recorded); an
+execution is its identity and the UID of the JobSet that made it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from chaos.history import (
+    OP_HOLD,
     OP_OPEN,
+    OP_RELEASE,
     OP_START,
     OP_STOP,
     Attempt,
@@ -26,16 +30,18 @@ from chaos.history import (
     LedgerLine,
     Operation,
 )
-from dispatch_kubeflow import errors
+from dispatch_kubeflow import ReleaseOutcome, errors
 
 PROPERTIES: dict[str, str] = {
     "clock": "the ordering clock did not step (wall - uptime stayed put)",
-    "a": "no two executions of a job overlap",
-    "b": "executions of a job have strictly increasing DISPATCH_EPOCH and A + J",
+    "a": "no two pods of a job alive at once, unless different ranks of one execution",
+    "b": "each execution of a job has a DISPATCH_EPOCH above every earlier one's, across "
+         "attempts and submissions",
     "c": "every job opened and not stopped or held ran, or says why not",
     "d": "after StopJob nothing of the job exists",
     "e": "every call ended in a result or a typed error, none past its deadline",
     "f": "no object carries a kopf annotation or finalizer",
+    "g": "every job released and not stopped or held again ran again, or says why not",
 }
 
 # How much of the history a violation shows around the moment it happened.
@@ -60,10 +66,13 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Execution:
-    """Every line of one execution: one full ``DISPATCH_ATTEMPT``, every rank."""
+    """Every line of one execution: one full ``DISPATCH_ATTEMPT`` made by one JobSet (its
+    UID, when the ledger has it), every rank. A JobSet re-made under the same name is
+    another execution, even at the same identity."""
 
     attempt: str
     lines: tuple[LedgerLine, ...] = field(repr=False)
+    jobset: str = ""
 
     @property
     def ident(self) -> Attempt:
@@ -71,7 +80,12 @@ class Execution:
 
     @property
     def job(self) -> str:
-        return self.ident.job
+        return self.lines[0].job
+
+    @property
+    def name(self) -> str:
+        """The identity, and the JobSet's UID when there is one."""
+        return f"{self.attempt} (JobSet {self.jobset})" if self.jobset else self.attempt
 
     @property
     def start_us(self) -> int:
@@ -85,20 +99,87 @@ class Execution:
 
     @property
     def succeeded(self) -> bool:
-        return any(ln.kind == "exit" and ln.status == 0 for ln in self.lines)
+        """Every rank that wrote a line ended with exit 0 (one rank that exits 0 while
+        another was stopped is not a job that ran to its end)."""
+        last: dict[str, LedgerLine] = {}
+        for ln in self.lines:
+            last[ln.rank] = ln
+        return bool(last) and all(ln.kind == "exit" and ln.status == 0
+                                  for ln in last.values())
+
+
+@dataclass(frozen=True)
+class Pod:
+    """Every line one pod wrote (by its UID, or its name in a ledger without UIDs)."""
+
+    key: str
+    lines: tuple[LedgerLine, ...] = field(repr=False)
+
+    @property
+    def first(self) -> LedgerLine:
+        return self.lines[0]
+
+    @property
+    def job(self) -> str:
+        return self.first.job
+
+    @property
+    def attempt(self) -> str:
+        return self.first.attempt
+
+    @property
+    def rank(self) -> str:
+        return self.first.rank
+
+    @property
+    def execution(self) -> tuple[str, str]:
+        """(JobSet UID, identity): the execution the pod is a rank of."""
+        return (self.first.jobset, self.first.attempt)
+
+    @property
+    def start_us(self) -> int:
+        return self.lines[0].wall_us
+
+    @property
+    def end_us(self) -> int:
+        return self.lines[-1].wall_us
+
+    def describe(self) -> str:
+        uid = f" uid {self.first.uid}" if self.first.uid else ""
+        js = f" JobSet {self.first.jobset}" if self.first.jobset else ""
+        return f"pod {self.first.pod}{uid} ({self.attempt} rank {self.rank or '?'}{js})"
+
+
+def _sorted(lines: Iterable[LedgerLine]) -> tuple[LedgerLine, ...]:
+    return tuple(sorted(lines, key=lambda ln: (ln.wall_us, ln.seq)))
 
 
 def executions(ledger: Iterable[LedgerLine]) -> dict[str, list[Execution]]:
-    """The executions of each job, ordered by start."""
-    by_attempt: dict[str, list[LedgerLine]] = defaultdict(list)
+    """The executions of each job (by JobSet UID and identity), ordered by start."""
+    by_exec: dict[tuple[str, str], list[LedgerLine]] = defaultdict(list)
     for ln in ledger:
-        by_attempt[ln.attempt].append(ln)
+        by_exec[(ln.jobset, ln.attempt)].append(ln)
     by_job: dict[str, list[Execution]] = defaultdict(list)
-    for attempt, lines in by_attempt.items():
-        ex = Execution(attempt, tuple(sorted(lines, key=lambda ln: (ln.wall_us, ln.seq))))
+    for (jobset, attempt), lines in by_exec.items():
+        ex = Execution(attempt, _sorted(lines), jobset)
         by_job[ex.job].append(ex)
     for exs in by_job.values():
-        exs.sort(key=lambda e: (e.start_us, e.attempt))
+        exs.sort(key=lambda e: (e.start_us, e.attempt, e.jobset))
+    return dict(by_job)
+
+
+def pods(ledger: Iterable[LedgerLine]) -> dict[str, list[Pod]]:
+    """The pods of each job, ordered by their first line. A pod is one UID (or name);
+    lines of one pod that carry two identities are two pods (it cannot be one)."""
+    by_pod: dict[tuple[str, str, str], list[LedgerLine]] = defaultdict(list)
+    for ln in ledger:
+        by_pod[(ln.pod_key, ln.jobset, ln.attempt)].append(ln)
+    by_job: dict[str, list[Pod]] = defaultdict(list)
+    for (key, _, _), lines in by_pod.items():
+        p = Pod(key, _sorted(lines))
+        by_job[p.job].append(p)
+    for ps in by_job.values():
+        ps.sort(key=lambda p: (p.start_us, p.key, p.attempt))
     return dict(by_job)
 
 
@@ -178,21 +259,54 @@ def check_clock(ledger: Sequence[LedgerLine], ops: Sequence[Operation], final: F
 
 def check_no_overlap(ledger: Sequence[LedgerLine], ops: Sequence[Operation],
                      final: Final) -> Verdict:
-    """(a) For each job, no two executions' closed intervals intersect."""
+    """(a) Two pods of a job alive at once (their closed ledger intervals intersect) are a
+    violation unless they are different ranks of one execution (the same JobSet, A and J).
+    So two pods of one rank at one identity (a JobSet re-made under the same name and A, a
+    replacement pod beside one still in its TERM handler) are caught, not taken for one.
+
+    And no execution starts inside another's span (first start to last line of any rank),
+    even between two of its pods: an old execution's rank that starts after a newer
+    execution ran is as wrong as an overlap. A pair of executions already named by a pod
+    pair is not named again.
+    """
     problems: list[str] = []
     ctx_lines: list[LedgerLine] = []
     ctx_ops: list[Operation] = []
-    for job, exs in sorted(executions(ledger).items()):
-        latest: Execution | None = None  # the execution that ends last so far
-        for ex in exs:
-            if latest is not None and ex.start_us <= latest.end_us:
+
+    def context(job: str, lo: int, hi: int) -> None:
+        nonlocal ctx_lines, ctx_ops
+        if not ctx_lines:
+            lines, near = _around(job, lo, hi, ledger, ops)
+            ctx_lines, ctx_ops = list(lines), list(near)
+
+    all_exs = executions(ledger)
+    for job, ps in sorted(pods(ledger).items()):
+        named: set[frozenset[tuple[str, str]]] = set()
+        for i, q in enumerate(ps):
+            for p in ps[:i]:
+                if q.start_us > p.end_us:
+                    continue
+                same = p.execution == q.execution
+                if same and p.rank != q.rank:
+                    continue  # ranks of one execution run side by side
+                why = ("the same rank of the same execution" if same else
+                       "another execution" + (", the same identity"
+                                              if p.attempt == q.attempt else ""))
                 problems.append(
-                    f"job {job}: {ex.attempt} started at {ex.start_us} us, "
-                    f"{(latest.end_us - ex.start_us) / 1000:.3f} ms before {latest.attempt} "
-                    f"wrote its last line at {latest.end_us} us")
-                if not ctx_lines:
-                    lines, near = _around(job, ex.start_us, latest.end_us, ledger, ops)
-                    ctx_lines, ctx_ops = list(lines), list(near)
+                    f"job {job}: {q.describe()} started at {q.start_us} us, "
+                    f"{(p.end_us - q.start_us) / 1000:.3f} ms before {p.describe()} wrote its "
+                    f"last line at {p.end_us} us: {why}")
+                named.add(frozenset((p.execution, q.execution)))
+                context(job, q.start_us, p.end_us)
+        latest: Execution | None = None  # the execution that ends last so far
+        for ex in all_exs.get(job, []):
+            if latest is not None and ex.start_us <= latest.end_us and frozenset(
+                    ((latest.jobset, latest.attempt), (ex.jobset, ex.attempt))) not in named:
+                problems.append(
+                    f"job {job}: {ex.name} started at {ex.start_us} us, "
+                    f"{(latest.end_us - ex.start_us) / 1000:.3f} ms before {latest.name} "
+                    f"wrote its last line at {latest.end_us} us (within its span)")
+                context(job, ex.start_us, latest.end_us)
             if latest is None or ex.end_us > latest.end_us:
                 latest = ex
     if problems:
@@ -202,66 +316,97 @@ def check_no_overlap(ledger: Sequence[LedgerLine], ops: Sequence[Operation],
 
 def check_identity(ledger: Sequence[LedgerLine], ops: Sequence[Operation],
                    final: Final) -> Verdict:
-    """(b) Ordered by start, a job's executions have strictly increasing DISPATCH_EPOCH,
-    and within one submission strictly increasing R = A + J.
+    """(b) Ordered by start, each execution of a job carries a DISPATCH_EPOCH above every
+    earlier execution's: within an attempt (R = A + J rises), across the attempts of a
+    submission (a later attempt, a new TrainJob whose A starts again, runs above everything
+    the attempts before it ran) and across submissions.
 
-    A new submission, or a later attempt of one, is a new TrainJob whose A starts again:
-    across them the epoch (:func:`dispatch_kubeflow.core.identity.epoch`) must rise, R need
-    not. Every line of an execution must carry the same epoch, and the epoch must be the one
-    its DISPATCH_ATTEMPT implies.
+    Every line of an execution must carry the same epoch, and the epoch must be the one its
+    DISPATCH_ATTEMPT implies (:func:`dispatch_kubeflow.core.identity.epoch`). Executions are
+    compared by the epoch they carried (what a program orders its writes by). Two
+    executions at one identity (a JobSet re-made without a raise of A) are equal, so the
+    later one is flagged.
     """
     problems: list[str] = []
     ctx: tuple[tuple[LedgerLine, ...], tuple[Operation, ...]] | None = None
     for job, exs in sorted(executions(ledger).items()):
+        judged: list[tuple[Execution, Attempt, int]] = []
         for ex in exs:
-            idn = ex.ident
-            want = idn.epoch
+            try:
+                idn = ex.ident
+                want = idn.epoch
+            except ValueError as e:  # IdentityError: not an identity, or out of range
+                problems.append(f"job {job}: {ex.name}: {e}")
+                ctx = ctx or _around(job, ex.start_us, ex.start_us, ledger, ops)
+                continue
             epochs = {ln.epoch for ln in ex.lines}
             if epochs != {str(want)}:
-                problems.append(f"job {job}: {ex.attempt} carries DISPATCH_EPOCH "
+                problems.append(f"job {job}: {ex.name} carries DISPATCH_EPOCH "
                                 f"{sorted(epochs)}, its identity implies {want}")
                 ctx = ctx or _around(job, ex.start_us, ex.start_us, ledger, ops)
-        for prev, ex in pairwise(exs):
-            p, c = prev.ident, ex.ident
-            pe, ce = p.epoch, c.epoch
-            why = ""
-            if ce <= pe:
+            carried = ex.lines[0].epoch_int
+            judged.append((ex, idn, want if carried is None else carried))
+        top: tuple[Execution, Attempt, int] | None = None  # the highest epoch so far
+        for ex, c, ce in judged:
+            if top is not None and ce <= top[2]:
+                prev, p, pe = top
                 why = f"DISPATCH_EPOCH {pe} -> {ce}"
-            elif (c.submission, c.attempt) == (p.submission, p.attempt) and c.r <= p.r:
-                why = f"A + J {p.r} -> {c.r}"
-            if why:
-                problems.append(f"job {job}: {prev.attempt} then {ex.attempt}: {why}, "
-                                "not strictly increasing")
+                if (c.submission, c.attempt) == (p.submission, p.attempt):
+                    why += f" (A + J {p.r} -> {c.r})"
+                else:
+                    why += (f" (submission {p.submission} attempt {p.attempt} -> "
+                            f"submission {c.submission} attempt {c.attempt})")
+                problems.append(f"job {job}: {prev.name} then {ex.name}: {why}, not above "
+                                "every earlier execution's")
                 ctx = ctx or _around(job, prev.end_us, ex.start_us, ledger, ops)
+            if top is None or ce > top[2]:
+                top = (ex, c, ce)
     if problems:
         lines, near = ctx or ((), ())
         return _fail("b", problems, lines, near)
     return Verdict("b", True)
 
 
+def _last_stops(ops: Sequence[Operation]) -> dict[str, int]:
+    """Each job's last StopJob call (whatever it answered)."""
+    out: dict[str, int] = {}
+    for o in ops:
+        if o.op == OP_STOP:
+            out[o.job] = max(out.get(o.job, o.call_us), o.call_us)
+    return out
+
+
 def check_none_lost(ledger: Sequence[LedgerLine], ops: Sequence[Operation],
                     final: Final) -> Verdict:
-    """(c) Every job that an Open succeeded on, with no StopJob called on it and not held
-    at the end, has an execution that exited 0, or the final observations say why not."""
-    opened = {o.job for o in ops if o.op == OP_OPEN and o.ok}
-    stopped = {o.job for o in ops if o.op == OP_STOP}
+    """(c) Every job that an Open succeeded on after its last StopJob (or with none), and
+    not held at the end, has an execution since that stop in which every rank exited 0,
+    or the final observations say why not.
+
+    A later attempt or submission, started and opened after a StopJob, must run as any
+    job must."""
+    stops = _last_stops(ops)
+    opened = {o.job for o in ops if o.op == OP_OPEN and o.ok
+              and o.call_us > stops.get(o.job, o.call_us - 1)}
     exs = executions(ledger)
     problems: list[str] = []
     explained: list[str] = []
     near: list[Operation] = []
-    for job in sorted(opened - stopped):
+    for job in sorted(opened):
         obs = final.job(job)
         if obs is not None and obs.held:
             continue
-        if any(ex.succeeded for ex in exs.get(job, [])):
+        since = stops.get(job)
+        mine = [ex for ex in exs.get(job, []) if since is None or ex.start_us > since]
+        if any(ex.succeeded for ex in mine):
             continue
         if obs is not None and obs.reason:
             explained.append(f"{job}: {obs.reason}")
             continue
-        ran = ", ".join(f"{ex.attempt} (last line {ex.lines[-1].kind})"
-                        for ex in exs.get(job, [])) or "no ledger line at all"
+        ran = ", ".join(f"{ex.name} (last line {ex.lines[-1].kind})" for ex in mine) \
+            or "no ledger line at all" + (" since its StopJob" if since is not None else "")
         problems.append(f"job {job} was opened and neither stopped nor held, but no "
-                        f"execution exited 0 ({ran}) and no reason was reported")
+                        f"execution ran to its end, every rank exiting 0 ({ran}), and no "
+                        "reason was reported")
         near += [o for o in ops if o.job == job]
     if problems:
         return _fail("c", problems, (), near)
@@ -362,9 +507,85 @@ def check_no_kopf(ledger: Sequence[LedgerLine], ops: Sequence[Operation],
     return Verdict("f", True)
 
 
+def _hold_end(hold: Operation, later: Sequence[Operation]) -> tuple[int, str] | None:
+    """When the hold ``hold`` placed ended: at the first Release after it that removed a
+    hold, else at its expiry; None when neither is recorded (it may stand to the end)."""
+    for o in later:
+        if o.op == OP_RELEASE and o.ok and o.result == str(ReleaseOutcome.RELEASED) \
+                and not o.args.get("wrong"):
+            return o.call_us, f"released by operation {o.id}"
+    until = hold.args.get("until_s")
+    if until:
+        return (hold.call_us + int(float(until) * 1_000_000),
+                f"the hold of operation {hold.id} expired ({float(until):g} s)")
+    return None
+
+
+def check_released_ran(ledger: Sequence[LedgerLine], ops: Sequence[Operation],
+                       final: Final) -> Verdict:
+    """(g) Liveness: a job whose last hold ended (a Release that removed it, or its expiry),
+    opened before that, neither held, stopped nor started again since, and not done before
+    it, has a pod that started after the hold ended, or the final observations say why not:
+    it failed or is gone, or the ClusterQueue had no room for it.
+
+    A job still held, queued with quota free, or reserving its quota with no pod (the
+    readmission check waiting on a pod that will never go) at the end is a violation: the
+    settle bound's "not finished" is no excuse here, where (c) takes it.
+    """
+    by_job: dict[str, list[Operation]] = defaultdict(list)
+    for o in sorted(ops, key=lambda o: (o.call_us, o.id)):
+        if o.job:
+            by_job[o.job].append(o)
+    all_pods = pods(ledger)
+    exs = executions(ledger)
+    problems: list[str] = []
+    explained: list[str] = []
+    near: list[Operation] = []
+    for job, jops in sorted(by_job.items()):
+        holds = [i for i, o in enumerate(jops) if o.op == OP_HOLD]
+        if not holds or not jops[holds[-1]].ok:
+            continue  # never held, or its last hold's fate is unknown
+        hold = jops[holds[-1]]
+        end = _hold_end(hold, jops[holds[-1] + 1:])
+        if end is None:
+            continue  # held to the end: (c) and the final observations say so
+        t, how = end
+        if any(o.call_us > hold.call_us and o.op in (OP_STOP, OP_START) for o in jops):
+            continue  # stopped or started again since: (c) and (d) judge that
+        if not any(o.op == OP_OPEN and o.ok and o.call_us < t for o in jops):
+            continue  # never opened: it waits at the start gate, as it should
+        if any(ex.succeeded and ex.end_us < t for ex in exs.get(job, [])):
+            continue  # it had run to its end already
+        if any(p.start_us > t for p in all_pods.get(job, [])):
+            continue
+        obs = final.job(job)
+        if obs is not None and obs.state == "succeeded" and not obs.held \
+                and any(ex.succeeded for ex in exs.get(job, [])):
+            # The execution the hold did not stop in time ran to its end after it (a short
+            # hold that expired before Kueue's eviction ended the pods): nothing to run.
+            explained.append(f"{job}: succeeded, by an execution that outlived the hold")
+            continue
+        if obs is not None and obs.state in ("failed", "gone") and not obs.held:
+            explained.append(f"{job}: {obs.state} at the end")
+            continue
+        if obs is not None and obs.quota_free is False and not obs.held:
+            explained.append(f"{job}: the ClusterQueue had no room for it")
+            continue
+        seen = ("not observed at the end" if obs is None else
+                f"at the end: {'held, ' if obs.held else ''}state {obs.state or '?'}, "
+                f"quota free {obs.quota_free}" + (f" ({obs.reason})" if obs.reason else ""))
+        problems.append(f"job {job}: {how} at {t} us, not held, stopped or started since, "
+                        f"but no pod of it started after; {seen}")
+        near += [o for o in jops if o.call_us >= hold.call_us]
+    if problems:
+        return _fail("g", problems, (), near)
+    note = ("did not run again, with a reason: " + "; ".join(explained)) if explained else ""
+    return Verdict("g", True, note)
+
+
 Check = Callable[[Sequence[LedgerLine], Sequence[Operation], Final], Verdict]
 CHECKS: tuple[Check, ...] = (check_clock, check_no_overlap, check_identity, check_none_lost,
-                             check_stop, check_calls, check_no_kopf)
+                             check_stop, check_calls, check_no_kopf, check_released_ran)
 
 
 def judge(ledger: Iterable[LedgerLine], ops: Iterable[Operation],

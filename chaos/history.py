@@ -27,6 +27,10 @@ OP_RELEASE = "release"
 OP_STOP = "stop_job"
 OP_INSPECT = "inspect"
 OP_FIND = "find"
+OP_DELETE_JOBSET = "delete_jobset"
+"""The runner deletes the job's JobSet (background propagation), as ``kubectl delete`` does."""
+OP_DELETE_WORKLOAD = "delete_workload"
+"""The runner deletes the job's Workload (Kueue makes a new one)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class LedgerLine:
     node: str = ""
     status: int | None = None
     started_us: int = 0  # the process's start line's wall_us: pod, pid and this name it
+    uid: str = ""     # the pod's UID (downward API, POD_UID); "" in ledgers from before
+    jobset: str = ""  # the UID of the JobSet that made the pod (its jobset-uid label)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> LedgerLine:
@@ -83,7 +89,8 @@ class LedgerLine:
                    wall_us=int(obj["wall_us"]), uptime_cs=int(obj.get("uptime_cs", 0)),
                    node=str(obj.get("node", "")),
                    status=None if status is None else int(status),
-                   started_us=int(obj.get("started_us", 0)))
+                   started_us=int(obj.get("started_us", 0)),
+                   uid=str(obj.get("uid", "")), jobset=str(obj.get("jobset", "")))
 
     @property
     def ident(self) -> Attempt:
@@ -96,6 +103,11 @@ class LedgerLine:
     @property
     def epoch_int(self) -> int | None:
         return int(self.epoch) if self.epoch.isdigit() else None
+
+    @property
+    def pod_key(self) -> str:
+        """Which pod wrote the line: its UID, or its name in a ledger without UIDs."""
+        return self.uid or self.pod
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,9 @@ class JobFinal:
     after a StopJob, the library's Find returned nothing, and a direct list of every kind
     by the job's label found nothing (None: not observed). ``reason``: why the job did not
     run, if the runner knows (for example "the run ended before Kueue admitted it").
+    ``state``: Inspect's state at the end ("" when not inspected). ``quota_free``: whether
+    the job had its quota at the end, or the ClusterQueue room for it beside every other
+    job's (None: not known).
     """
 
     job: str
@@ -151,6 +166,8 @@ class JobFinal:
     find_empty: bool | None = None
     direct_list_empty: bool | None = None
     reason: str = ""
+    state: str = ""
+    quota_free: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,21 @@ def command(shell: str = "/bin/sh") -> list[str]:
 
 
 def env(*, run_seconds: float = 5, fail_once: bool = False, fail_rank: int = 0,
-        fail_after: float = 0.3, ledger: str = LEDGER_FILE) -> dict[str, str]:
-    """The environment that tells the ledger program how to behave."""
+        fail_after: float = 0.3, ledger: str = LEDGER_FILE, term_linger: float = 0,
+        early_rank: int | None = None, early_seconds: float = 1) -> dict[str, str]:
+    """The environment that tells the ledger program how to behave.
+
+    ``term_linger``: seconds each rank lingers after TERM (a checkpoint on TERM) before it
+    exits 143. ``early_rank``: that rank exits 0 after ``early_seconds`` while the others
+    run ``run_seconds``.
+    """
     out = {"LEDGER": ledger, "LEDGER_RUN_SECONDS": f"{run_seconds:g}"}
     if fail_once:
         out |= {"LEDGER_FAIL_ONCE": "1", "LEDGER_FAIL_RANK": str(fail_rank),
                 "LEDGER_FAIL_AFTER": f"{fail_after:g}"}
+    if term_linger:
+        out["LEDGER_TERM_LINGER"] = f"{term_linger:g}"
+    if early_rank is not None:
+        out |= {"LEDGER_EARLY_RANK": str(early_rank),
+                "LEDGER_EARLY_SECONDS": f"{early_seconds:g}"}
     return out

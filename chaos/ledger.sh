@@ -15,10 +15,20 @@
 #   DISPATCH_ATTEMPT    <job>.<submission>.<attempt>.<A>.<J>, set by the admission webhook
 #   DISPATCH_EPOCH      submission * 1000000 + A + J
 #   HOSTNAME            the pod's name (else `hostname`, which in a pod is the same)
+#   POD_UID             optional, the pod's UID (downward API metadata.uid): with it the
+#                       checker tells apart two pods of one name, rank and identity
+#   JOBSET_UID          optional, the UID of the JobSet that made the pod (downward API,
+#                       its label jobset.sigs.k8s.io/jobset-uid): a JobSet re-made under
+#                       the same name is another execution
 #   JOB_COMPLETION_INDEX or PET_NODE_RANK   the rank
 #   NODE_NAME           optional, the node (from the downward API)
 #   LEDGER_RUN_SECONDS  how long to run before exiting 0 (default 5; decimals allowed;
 #                       0 runs until TERM)
+#   LEDGER_EARLY_RANK   optional: this rank runs LEDGER_EARLY_SECONDS (default 1) instead,
+#                       and exits 0 while the others run on (ranks end at different times)
+#   LEDGER_TERM_LINGER  seconds to linger after TERM (default 0: exit at once), as a
+#                       checkpoint on TERM does: it writes the term line, beats on for that
+#                       long, then exits 143; a second TERM changes nothing
 #   LEDGER_FAIL_ONCE    1: when J (DISPATCH_ATTEMPT's last field) is 0, the rank
 #                       LEDGER_FAIL_RANK (default 0) exits 1 after LEDGER_FAIL_AFTER
 #                       seconds (default 0.3), so that JobSet restarts the job (J > 0)
@@ -48,6 +58,8 @@ clean() { v=$1; printf '%s' "${v//[!A-Za-z0-9._:-]/_}"; }
 attempt=$(clean "${DISPATCH_ATTEMPT:-}")
 epoch=$(clean "${DISPATCH_EPOCH:-}")
 pod=$(clean "${HOSTNAME:-$(hostname 2>/dev/null)}")
+uid=$(clean "${POD_UID:-}")
+jobset=$(clean "${JOBSET_UID:-}")
 rank=$(clean "${JOB_COMPLETION_INDEX:-${PET_NODE_RANK:-}}")
 node=$(clean "${NODE_NAME:-}")
 pid=$$
@@ -77,23 +89,32 @@ emit() {
   now
   [ "$t0" = 0 ] && t0=$wall_us
   seq=$((seq + 1))
-  printf '{"kind":"%s","attempt":"%s","epoch":"%s","pod":"%s","rank":"%s","node":"%s","pid":%s,"started_us":%s,"seq":%s,"wall_us":%s,"uptime_cs":%s%s}\n' \
-    "$1" "$attempt" "$epoch" "$pod" "$rank" "$node" "$pid" "$t0" "$seq" "$wall_us" "$up_cs" \
-    "${2:-}" >> "$LEDGER"
+  printf '{"kind":"%s","attempt":"%s","epoch":"%s","pod":"%s","uid":"%s","jobset":"%s","rank":"%s","node":"%s","pid":%s,"started_us":%s,"seq":%s,"wall_us":%s,"uptime_cs":%s%s}\n' \
+    "$1" "$attempt" "$epoch" "$pod" "$uid" "$jobset" "$rank" "$node" "$pid" "$t0" "$seq" \
+    "$wall_us" "$up_cs" "${2:-}" >> "$LEDGER"
 }
 
 finish() { emit exit ",\"status\":$1"; exit "$1"; }
 
+linger_us=$(to_us "${LEDGER_TERM_LINGER:-0}")
+linger_until=  # set by the first TERM when lingering: the loop exits 143 at that time
+
 on_term() {
   [ -n "${sleeper:-}" ] && kill "$sleeper" 2>/dev/null
+  [ -n "$linger_until" ] && return  # already lingering
   emit term
-  finish 143
+  [ "$linger_us" -gt 0 ] || finish 143
+  linger_until=$(( wall_us + linger_us ))
 }
 trap on_term TERM
 
 emit start
 
-run_us=$(to_us "${LEDGER_RUN_SECONDS:-5}")
+run_s=${LEDGER_RUN_SECONDS:-5}
+if [ -n "${LEDGER_EARLY_RANK:-}" ] && [ "$rank" = "$LEDGER_EARLY_RANK" ]; then
+  run_s=${LEDGER_EARLY_SECONDS:-1}
+fi
+run_us=$(to_us "$run_s")
 fail_at=
 if [ "${LEDGER_FAIL_ONCE:-0}" = 1 ] && [ "${DISPATCH_ATTEMPT##*.}" = 0 ] &&
    [ "$rank" = "${LEDGER_FAIL_RANK:-0}" ]; then
@@ -114,6 +135,10 @@ while :; do
     sleeper=
   fi
   emit beat
+  if [ -n "$linger_until" ]; then  # lingering on TERM: only the linger ends it
+    if [ "$wall_us" -ge "$linger_until" ]; then finish 143; fi
+    continue
+  fi
   if [ -n "$fail_at" ] && [ "$wall_us" -ge "$fail_at" ]; then finish 1; fi
   if [ "$run_us" -gt 0 ] && [ "$(( wall_us - t0 ))" -ge "$run_us" ]; then finish 0; fi
 done

@@ -11,14 +11,16 @@
    whose trainer container mounts a host directory at ``/ledger`` (hostPath,
    DirectoryOrCreate; every node of the local cluster runs on this machine);
 3. **jobs**: K jobs started through the library (nodes 1 or 2; some fail once, so JobSet
-   restarts them and J > 0); the ledger program and its ``LEDGER_*`` settings travel in
-   the request's command (``env K=V ... sh -c <ledger.sh>``), since a StartRequest carries
-   a command and no environment;
+   restarts them and J > 0; some linger on TERM, as a checkpoint on TERM does; in some
+   rank 1 ends early, exit 0, while rank 0 runs on); the ledger program and its
+   ``LEDGER_*`` settings travel in the request's command (``env K=V ... sh -c
+   <ledger.sh>``), since a StartRequest carries a command and no environment;
 4. **schedule**: M operations (open, hold with and without expiry, release with the right
    and a wrong instance, stop_job, a second start with the same and with a different
-   request) and faults (see :data:`FAULTS`), interleaved; one fault at a time runs in the
-   background while operations go on; every node or process a fault touched is restored
-   in a ``finally``;
+   request; and, since plan mix 2, delete the job's JobSet, delete its Workload running or
+   held, and a later attempt of the submission after a StopJob) and faults (see
+   :data:`FAULTS`), interleaved; one fault at a time runs in the background while
+   operations go on; every node or process a fault touched is restored in a ``finally``;
 5. **end**: wait (bounded) for the jobs to settle, observe what the checker needs, read the
    ledger, judge, write the run's record and its history, clean up.
 """
@@ -44,8 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from chaos import ledger as ledger_mod
-from chaos.checker import judge
+from chaos.checker import executions, judge
 from chaos.history import (
+    OP_DELETE_JOBSET,
+    OP_DELETE_WORKLOAD,
     OP_FIND,
     OP_HOLD,
     OP_INSPECT,
@@ -91,8 +95,20 @@ QUEUE = "lq"
 DEPLOYMENT = Resource("apps", "v1", "deployments", "Deployment")
 
 # Operation kinds of the schedule (the history's kinds, plus which variant).
-SCHEDULE_OPS = ("open", "hold", "hold-expiry", "release", "release-wrong", "stop_job",
-                "start-same", "start-different")
+SCHEDULE_OPS_1 = ("open", "hold", "hold-expiry", "release", "release-wrong", "stop_job",
+                  "start-same", "start-different")
+# Issue 26: paths that make a pod without passing the readmission gate. delete-jobset:
+# Trainer re-makes it under the admitted Workload; delete-workload(-held): Kueue re-makes
+# the Workload (the held variant places a hold first unless the job is held); next-attempt:
+# StopJob (unless stopped), then Start of the same submission at attempt + 1, then Open.
+SCHEDULE_OPS = (*SCHEDULE_OPS_1, "delete-jobset", "delete-workload", "delete-workload-held",
+                "next-attempt")
+MIX = 2
+"""The plan's version: the seed draws the same plan for as long as the mix stays. Mix 1 is
+the plan before issue 26 (``--mix 1`` replays its seeds); mix 2 adds :data:`SCHEDULE_OPS`'s
+new operations, TERM lingers and ranks that end early."""
+TERM_LINGERS = (0.0, 0.0, 3.0, 12.0)  # seconds (below the pods' 30 s grace period)
+QUOTA_PODS = 6  # the ClusterQueue's quota, in pods of 100m / 32Mi
 # Faults: name -> what it needs ("api": the API alone; "local": the local cluster's tools).
 FAULTS: dict[str, str] = {
     "delete-leader-pod": "api",
@@ -106,7 +122,8 @@ FAULTS: dict[str, str] = {
 }
 # Seconds each call may take before it counts as hung (its absolute deadline).
 DEADLINES = {OP_START: 150.0, OP_OPEN: 150.0, OP_HOLD: 60.0, OP_RELEASE: 60.0,
-             OP_STOP: 150.0, OP_INSPECT: 30.0, OP_FIND: 30.0}
+             OP_STOP: 150.0, OP_INSPECT: 30.0, OP_FIND: 30.0, OP_DELETE_JOBSET: 30.0,
+             OP_DELETE_WORKLOAD: 30.0}
 # The library gets the deadline itself where it takes one; the runner waits this much
 # longer before it calls the call hung (the checker allows 1 s past the deadline).
 HUNG_GRACE = 3.0
@@ -130,6 +147,8 @@ class JobPlan:
     fail_once: bool
     run_seconds: float
     open_at_start: bool
+    term_linger: float = 0.0  # seconds each rank lingers on TERM (0: exits at once)
+    early_exit: float = 0.0   # > 0: rank 1 exits 0 after this many seconds (nodes is 2)
 
 
 @dataclass(frozen=True)
@@ -148,23 +167,38 @@ class Plan:
     seed: int
     jobs: tuple[JobPlan, ...]
     steps: tuple[Step, ...]
+    mix: int = MIX
 
 
 def make_plan(seed: int, *, jobs: int = 3, ops: int = 8,
-              faults: Sequence[str] = tuple(FAULTS)) -> Plan:
-    """The run's jobs and schedule, a pure function of the seed (and the faults available).
+              faults: Sequence[str] = tuple(FAULTS), mix: int = MIX) -> Plan:
+    """The run's jobs and schedule, a pure function of the seed, the faults available and
+    the mix (mix 1 draws exactly the plans of before issue 26).
 
     Every fault of ``faults`` gets an equal chance; about one step in three is a fault, at
-    most ``max(1, ops // 2)`` of them.
+    most ``max(1, ops // 2)`` of them. In mix 2 job 1 always lingers on TERM, and a job
+    whose rank 1 ends early has two nodes and a rank 0 that runs long enough for a hold to
+    find it running.
     """
+    if mix not in (1, 2):
+        raise ValueError(f"mix: 1 or 2, not {mix}")
     rng = random.Random(seed)
     plans = []
     for k in range(jobs):
-        plans.append(JobPlan(nodes=rng.choice((1, 2)),
-                             # at least one job of every run fails once (J > 0)
-                             fail_once=(k == 0) or rng.random() < 0.4,
-                             run_seconds=rng.choice((3.0, 5.0, 8.0)),
-                             open_at_start=rng.random() < 0.8))
+        job = JobPlan(nodes=rng.choice((1, 2)),
+                      # at least one job of every run fails once (J > 0)
+                      fail_once=(k == 0) or rng.random() < 0.4,
+                      run_seconds=rng.choice((3.0, 5.0, 8.0)),
+                      open_at_start=rng.random() < 0.8)
+        if mix >= 2:
+            linger = rng.choice(TERM_LINGERS[2:] if k == 1 else TERM_LINGERS)
+            early = round(rng.uniform(0.5, 2.0), 1) if rng.random() < 0.35 else 0.0
+            job = JobPlan(nodes=2 if early else job.nodes, fail_once=job.fail_once,
+                          run_seconds=rng.choice((15.0, 25.0)) if early else job.run_seconds,
+                          open_at_start=job.open_at_start, term_linger=linger,
+                          early_exit=early)
+        plans.append(job)
+    schedule_ops = SCHEDULE_OPS_1 if mix == 1 else SCHEDULE_OPS
     steps: list[Step] = []
     fault_budget = max(1, ops // 2) if faults else 0
     n_ops = 0
@@ -175,11 +209,11 @@ def make_plan(seed: int, *, jobs: int = 3, ops: int = 8,
             steps.append(Step("fault", name, -1, delay, _fault_length(rng, name)))
             fault_budget -= 1
             continue
-        name = rng.choice(SCHEDULE_OPS)
+        name = rng.choice(schedule_ops)
         arg = round(rng.uniform(3.0, 10.0), 1) if name == "hold-expiry" else 0.0
         steps.append(Step("op", name, rng.randrange(jobs), delay, arg))
         n_ops += 1
-    return Plan(seed, tuple(plans), tuple(steps))
+    return Plan(seed, tuple(plans), tuple(steps), mix)
 
 
 def _fault_length(rng: random.Random, name: str) -> float:
@@ -263,8 +297,10 @@ def stop_summary(rep: StopReport) -> dict[str, Any]:
 
 
 def runtime_body(name: str, host_dir: Path) -> dict[str, Any]:
-    """deploy/base.yaml's ``dispatch-kind``, with the ledger's hostPath volume and the
-    node's name (downward API) added; the command comes from each job's request."""
+    """deploy/base.yaml's ``dispatch-kind``, with the ledger's hostPath volume and, from the
+    downward API, the node's name, the pod's UID and the UID of the JobSet that made the
+    pod (its label), so that the ledger names pods and executions, not identity strings;
+    the command comes from each job's request."""
     return {
         "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "dispatch"}},
         "spec": {
@@ -289,8 +325,11 @@ def runtime_body(name: str, host_dir: Path) -> dict[str, Any]:
                                     "image": IMAGE,
                                     "imagePullPolicy": "IfNotPresent",
                                     "command": ["/bin/sh", "-c", "echo dispatch-chaos"],
-                                    "env": [{"name": "NODE_NAME", "valueFrom": {
-                                        "fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                                    "env": [
+                                        _field_env("NODE_NAME", "spec.nodeName"),
+                                        _field_env("POD_UID", "metadata.uid"),
+                                        _field_env("JOBSET_UID", "metadata.labels['"
+                                                   f"{names.JOBSET_UID_LABEL}']")],
                                     "volumeMounts": [{"name": "ledger",
                                                       "mountPath": ledger_mod.LEDGER_DIR}],
                                     "resources": {
@@ -306,9 +345,26 @@ def runtime_body(name: str, host_dir: Path) -> dict[str, Any]:
     }
 
 
+def workload_of(items: Sequence[dict[str, Any]], trainjob: str) -> dict[str, Any] | None:
+    """The Workload, of ``items``, that Kueue made for the TrainJob ``trainjob`` (its owner
+    reference); one being deleted only when there is no other."""
+    mine = [wl for wl in items
+            if any(o.get("kind") == "TrainJob" and o.get("name") == trainjob
+                   for o in wl["metadata"].get("ownerReferences") or [])]
+    mine.sort(key=lambda wl: bool(wl["metadata"].get("deletionTimestamp")))
+    return mine[0] if mine else None
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
 def job_command(plan: JobPlan, *, variant: str = "") -> list[str]:
     """The ledger program with its settings in front (``env K=V ... sh -c <script>``)."""
-    env = ledger_mod.env(run_seconds=plan.run_seconds, fail_once=plan.fail_once)
+    env = ledger_mod.env(run_seconds=plan.run_seconds, fail_once=plan.fail_once,
+                         term_linger=plan.term_linger,
+                         early_rank=1 if plan.early_exit else None,
+                         early_seconds=plan.early_exit or 1)
     if variant:
         env["LEDGER_VARIANT"] = variant  # a different request: same job, other command
     # Kubernetes expands $(VAR) in a container's command and turns $$ into $: every $ of
@@ -319,8 +375,8 @@ def job_command(plan: JobPlan, *, variant: str = "") -> list[str]:
 
 
 def job_request(job: JobID, plan: JobPlan, runtime: str, *, variant: str = "",
-                submission: int = 1) -> StartRequest:
-    return StartRequest(job, submission, 1, JobSpec(
+                submission: int = 1, attempt: int = 1) -> StartRequest:
+    return StartRequest(job, submission, attempt, JobSpec(
         job_command(plan, variant=variant), plan.nodes,
         [Image(IMAGE, "IfNotPresent"), RuntimeRef("ClusterTrainingRuntime", runtime)]))
 
@@ -338,6 +394,20 @@ def backend_settings(kubeconfig: str, namespace: str) -> dict[str, Any]:
         "timeouts": {"request": "10s", "stopJob": "2m", "preflightProbe": "20s",
                      "transient": "90s"},
     }
+
+
+def quota_free(job: str, states: dict[str, str], nodes: dict[str, int]) -> bool | None:
+    """Whether ``job`` had quota at the end: its Workload reserves it (admitting, running,
+    holding), or the ClusterQueue (:data:`QUOTA_PODS`, the run's alone) had room for its
+    pods beside every job that reserves some. None when its state is not known."""
+    reserving = ("admitting", "running", "holding")
+    state = states.get(job)
+    if state is None:
+        return None
+    if state in reserving:
+        return True
+    used = sum(nodes.get(j, 0) for j, s in states.items() if s in reserving and j != job)
+    return used + nodes.get(job, 0) <= QUOTA_PODS
 
 
 # --- health --------------------------------------------------------------------------------
@@ -549,8 +619,10 @@ class JobState:
     # After a StopJob a caller starts the job again as a new submission (its identity
     # must stay higher than every execution before); the runner does the same.
     submission: int = 1
+    attempt: int = 1  # a later attempt of the submission follows a StopJob (next-attempt)
     stopped: bool = False
     variant: str = ""  # the request variant the current submission was started with
+    held: bool = False  # a hold of the runner's succeeded and no Release removed it since
 
 
 class NotJudged(Exception):
@@ -575,6 +647,8 @@ class RunResult:
     history: str = ""
     runner: str = ""
     """The commit the runner ran from: a seed replays its schedule with that version."""
+    mix: int = MIX
+    """The plan's mix (:data:`MIX`): ``--seed S --mix M`` draws the same plan."""
 
     @property
     def ok(self) -> bool:
@@ -584,7 +658,7 @@ class RunResult:
 class Run:
     def __init__(self, *, seed: int, index: int, kubeconfig: str, cluster: str | None,
                  out: Path, jobs: int, ops: int, faults: Sequence[str],
-                 skipped_faults: str) -> None:
+                 skipped_faults: str, mix: int = MIX) -> None:
         self.seed, self.index = seed, index
         self.run_seed = seed + index
         self.kubeconfig, self.cluster = kubeconfig, cluster
@@ -592,12 +666,13 @@ class Run:
         self.runtime = f"dispatch-chaos-{seed}-{index}"
         self.host_dir = LEDGER_HOST_ROOT / f"{seed}-{index}"
         self.dir = out / f"{seed}-{index}"
-        self.plan = make_plan(self.run_seed, jobs=jobs, ops=ops, faults=faults)
+        self.plan = make_plan(self.run_seed, jobs=jobs, ops=ops, faults=faults, mix=mix)
         self.rng = random.Random(self.run_seed ^ 0x5EED)  # for choices made while running
         self.result = RunResult(seed=self.run_seed, run=index, namespace=self.namespace,
-                                skipped_faults=skipped_faults, history=str(self.dir))
+                                skipped_faults=skipped_faults, history=str(self.dir), mix=mix)
         self.jobs: list[JobState] = []
         self.rec: Recorder | None = None
+        self.kube: Kube | None = None  # for the operations that act on objects directly
         # What the library must answer beyond the checker's properties: a second Start of
         # the same submission returns the same object, or ConflictError for another request.
         self.expect: list[str] = []
@@ -608,6 +683,7 @@ class Run:
             shutil.rmtree(self.dir)
         self.dir.mkdir(parents=True)
         self.rec = Recorder(self.dir / "ops.jsonl")
+        self.kube = kube
         faults = Faults(kube, self.cluster, self.rng)
         try:
             await self._setup(kube)
@@ -684,7 +760,8 @@ class Run:
                 OP_START, st.job, lambda req=req: be.start(req),  # type: ignore[misc]
                 seconds=DEADLINES[OP_START],
                 args={"nodes": plan.nodes, "fail_once": plan.fail_once,
-                      "run_seconds": plan.run_seconds},
+                      "run_seconds": plan.run_seconds, "term_linger": plan.term_linger,
+                      "early_exit": plan.early_exit, "submission": 1, "attempt": 1},
                 summary=lambda ref: ref.id)
             st.ref = ref
         for st in self.jobs:
@@ -724,28 +801,14 @@ class Run:
     async def _op(self, be: Backend, name: str, st: JobState, arg: float) -> None:
         assert self.rec is not None
         ref = st.ref
-        if ref is None and name not in ("start-same", "start-different"):
+        if ref is None and name not in ("start-same", "start-different", "next-attempt"):
             return  # its start failed: nothing to operate on
         job = str(st.job)
         if name == "open":
             assert ref is not None
             await self.rec.call(OP_OPEN, job, lambda: be.open(ref), seconds=DEADLINES[OP_OPEN])
         elif name in ("hold", "hold-expiry"):
-            assert ref is not None
-            instance = st.next_instance
-            st.next_instance += 1
-            secs = DEADLINES[OP_HOLD]
-            now = datetime.now(UTC)
-            until = now + timedelta(seconds=arg) if name == "hold-expiry" else None
-            meta = HoldMeta(instance, Actor(ActorKind.SERVICE, "chaos"),
-                            CallMeta(now + timedelta(seconds=secs)), until=until,
-                            reason=f"chaos {self.namespace}")
-            rec, _ = await self.rec.call(OP_HOLD, job, lambda: be.hold(ref, meta), seconds=secs,
-                                         args={"instance": instance,
-                                               "until_s": arg if until else None},
-                                         summary=lambda _: "held")
-            if rec.ok:
-                st.hold_instance = instance
+            await self._hold(be, st, arg if name == "hold-expiry" else 0.0)
         elif name in ("release", "release-wrong"):
             assert ref is not None
             instance = st.hold_instance or 1
@@ -754,45 +817,157 @@ class Run:
             secs = DEADLINES[OP_RELEASE]
             meta = HoldMeta(instance, Actor(ActorKind.SERVICE, "chaos"),
                             CallMeta(datetime.now(UTC) + timedelta(seconds=secs)))
-            await self.rec.call(OP_RELEASE, job, lambda: be.release(ref, meta), seconds=secs,
-                                args={"instance": instance, "wrong": name == "release-wrong"},
-                                summary=lambda out: str(out))
+            rec, _ = await self.rec.call(
+                OP_RELEASE, job, lambda: be.release(ref, meta), seconds=secs,
+                args={"instance": instance, "wrong": name == "release-wrong"},
+                summary=lambda out: str(out))
+            if rec.ok and name == "release":
+                st.held = False
         elif name == "stop_job":
-            rec, _ = await self.rec.call(OP_STOP, job,
-                                         lambda: be.stop_job(st.job, f"chaos {self.namespace}"),
-                                         seconds=DEADLINES[OP_STOP], summary=stop_summary)
-            st.stopped = True
+            await self._stop(be, st)
+        elif name == "delete-jobset":
+            assert ref is not None
+            await self._delete_jobset(st, ref)
+        elif name in ("delete-workload", "delete-workload-held"):
+            assert ref is not None
+            if name == "delete-workload-held" and not st.held:
+                await self._hold(be, st, 0.0)
+            await self._delete_workload(st, ref)
+        elif name == "next-attempt":
+            await self._next_attempt(be, st)
         else:
-            again = not st.stopped and st.ref is not None  # the same submission again
-            if st.stopped:
-                st.submission += 1
-                st.stopped = False
-            # "Different" is different from the request this submission was started with
-            # (a new submission after a stop may have been started with the other variant).
-            if name == "start-different":
-                variant = ("other" if st.variant == "" else "") if again else "other"
-            else:
-                variant = st.variant if again else ""
-            req = job_request(st.job, st.plan, self.runtime, variant=variant,
-                              submission=st.submission)
-            rec, ref2 = await self.rec.call(
-                OP_START, job, lambda: be.start(req), seconds=DEADLINES[OP_START],
-                args={"same": name == "start-same", "submission": st.submission,
-                      "variant": variant or "plain"},
-                summary=lambda ref: ref.id)
-            if again and name == "start-different" and rec.error != "ConflictError" \
-                    and rec.return_us:
-                self.expect.append(f"operation {rec.id}: a second Start of {job} with a "
-                                   f"different request gave {rec.error or rec.result!r}, "
-                                   "not ConflictError")
-            if again and name == "start-same" and rec.ok and st.ref is not None \
-                    and ref2.id != st.ref.id:
-                self.expect.append(f"operation {rec.id}: a second Start of {job} with the "
-                                   f"same request gave {ref2.id}, not {st.ref.id}")
-            if rec.ok:
-                if not again:
-                    st.variant = variant
-                st.ref = ref2
+            await self._start_again(be, name, st)
+
+    async def _hold(self, be: Backend, st: JobState, until_s: float) -> None:
+        """A hold with the next instance; ``until_s`` > 0: it expires after that long."""
+        assert self.rec is not None
+        assert st.ref is not None
+        ref = st.ref
+        instance = st.next_instance
+        st.next_instance += 1
+        secs = DEADLINES[OP_HOLD]
+        now = datetime.now(UTC)
+        until = now + timedelta(seconds=until_s) if until_s else None
+        meta = HoldMeta(instance, Actor(ActorKind.SERVICE, "chaos"),
+                        CallMeta(now + timedelta(seconds=secs)), until=until,
+                        reason=f"chaos {self.namespace}")
+        rec, _ = await self.rec.call(OP_HOLD, str(st.job), lambda: be.hold(ref, meta),
+                                     seconds=secs,
+                                     args={"instance": instance,
+                                           "until_s": until_s if until else None},
+                                     summary=lambda _: "held")
+        if rec.ok:
+            st.hold_instance = instance
+            st.held = until is None  # an expiring hold ends by itself
+
+    async def _stop(self, be: Backend, st: JobState) -> None:
+        assert self.rec is not None
+        await self.rec.call(OP_STOP, str(st.job),
+                            lambda: be.stop_job(st.job, f"chaos {self.namespace}"),
+                            seconds=DEADLINES[OP_STOP], summary=stop_summary,
+                            args={"submission": st.submission, "attempt": st.attempt})
+        st.stopped = True
+        st.held = False
+
+    async def _delete_jobset(self, st: JobState, ref: ObjectRef) -> None:
+        """``kubectl delete jobset <name>``: background propagation. Trainer makes it again
+        at once for the TrainJob Kueue still holds admitted; the gate never runs."""
+        assert self.rec is not None
+        assert self.kube is not None
+        kube = self.kube
+
+        async def delete() -> dict[str, Any]:
+            gone = await kube.delete(r.JOBSET, ref.name, ref.namespace,
+                                     propagation="Background")
+            return {"jobset": ref.name,
+                    "uid": ((gone or {}).get("metadata") or {}).get("uid", ""),
+                    "found": gone is not None}
+
+        await self.rec.call(OP_DELETE_JOBSET, str(st.job), delete,
+                            seconds=DEADLINES[OP_DELETE_JOBSET],
+                            args={"held": st.held, "attempt": st.attempt})
+
+    async def _delete_workload(self, st: JobState, ref: ObjectRef) -> None:
+        """Delete the Workload of the job's TrainJob (by its owner reference): Kueue makes a
+        new one. A held job must stay held (issue 26, case 4)."""
+        assert self.rec is not None
+        assert self.kube is not None
+        kube = self.kube
+
+        async def delete() -> dict[str, Any]:
+            items, _ = await kube.list(r.WORKLOAD, ref.namespace)
+            wl = workload_of(items, ref.name)
+            if wl is None:
+                return {"found": False}
+            meta = wl["metadata"]
+            await kube.delete(r.WORKLOAD, meta["name"], ref.namespace, uid=meta.get("uid"),
+                              propagation="Background")
+            return {"found": True, "workload": meta["name"], "uid": meta.get("uid", ""),
+                    "active": (wl.get("spec") or {}).get("active", True)}
+
+        await self.rec.call(OP_DELETE_WORKLOAD, str(st.job), delete,
+                            seconds=DEADLINES[OP_DELETE_WORKLOAD],
+                            args={"held": st.held, "attempt": st.attempt})
+
+    async def _next_attempt(self, be: Backend, st: JobState) -> None:
+        """A later attempt of the same submission (issue 26, case 2): StopJob unless the job
+        is stopped, then Start at attempt + 1 and Open. Its epochs must lie above every
+        epoch of the attempts before it (checker, b)."""
+        assert self.rec is not None
+        if not st.stopped:
+            await self._stop(be, st)
+        attempt = st.attempt + 1
+        req = job_request(st.job, st.plan, self.runtime, variant=st.variant,
+                          submission=st.submission, attempt=attempt)
+        rec, ref = await self.rec.call(
+            OP_START, str(st.job), lambda: be.start(req), seconds=DEADLINES[OP_START],
+            args={"submission": st.submission, "attempt": attempt, "next_attempt": True,
+                  "variant": st.variant or "plain"},
+            summary=lambda ref: ref.id)
+        if not rec.ok:
+            return  # still stopped: a later start or next-attempt tries again
+        st.ref, st.attempt, st.stopped = ref, attempt, False
+        st.hold_instance, st.held = 0, False
+        await self.rec.call(OP_OPEN, str(st.job), lambda: be.open(ref),
+                            seconds=DEADLINES[OP_OPEN])
+
+    async def _start_again(self, be: Backend, name: str, st: JobState) -> None:
+        """start-same / start-different: a second Start of the submission (the same object,
+        or ConflictError), or after a StopJob a new submission."""
+        assert self.rec is not None
+        job = str(st.job)
+        again = not st.stopped and st.ref is not None  # the same submission again
+        if st.stopped:
+            st.submission += 1
+            st.attempt = 1
+            st.stopped = False
+        # "Different" is different from the request this submission was started with
+        # (a new submission after a stop may have been started with the other variant).
+        if name == "start-different":
+            variant = ("other" if st.variant == "" else "") if again else "other"
+        else:
+            variant = st.variant if again else ""
+        req = job_request(st.job, st.plan, self.runtime, variant=variant,
+                          submission=st.submission, attempt=st.attempt)
+        rec, ref2 = await self.rec.call(
+            OP_START, job, lambda: be.start(req), seconds=DEADLINES[OP_START],
+            args={"same": name == "start-same", "submission": st.submission,
+                  "attempt": st.attempt, "variant": variant or "plain"},
+            summary=lambda ref: ref.id)
+        if again and name == "start-different" and rec.error != "ConflictError" \
+                and rec.return_us:
+            self.expect.append(f"operation {rec.id}: a second Start of {job} with a "
+                               f"different request gave {rec.error or rec.result!r}, "
+                               "not ConflictError")
+        if again and name == "start-same" and rec.ok and st.ref is not None \
+                and ref2.id != st.ref.id:
+            self.expect.append(f"operation {rec.id}: a second Start of {job} with the "
+                               f"same request gave {ref2.id}, not {st.ref.id}")
+        if rec.ok:
+            if not again:
+                st.variant = variant
+                st.hold_instance, st.held = 0, False
+            st.ref = ref2
 
     async def _settle(self, be: Backend) -> None:
         """Wait (bounded) until every job is done, held, gone or never opened."""
@@ -819,28 +994,37 @@ class Run:
     async def _final(self, be: Backend, kube: Kube) -> Final:
         assert self.rec is not None
         stopped = {o.job for o in self.rec.ops if o.op == OP_STOP and o.ok}
-        jobs = []
+        states: dict[str, str] = {}
+        seen: list[tuple[JobState, bool, str]] = []
         for st in self.jobs:
             job = str(st.job)
             held, reason = False, ""
-            find_empty = direct_empty = None
             if st.ref is not None:
                 try:
                     obs = await asyncio.wait_for(be.inspect(st.ref), 30)
                     held = obs.state in (ObjectState.HELD, ObjectState.HOLDING) \
                         or bool(obs.hold_instance)
+                    states[job] = obs.state.value
                     if obs.state in (ObjectState.QUEUED, ObjectState.ADMITTING,
                                      ObjectState.RUNNING):
                         reason = (f"not finished when the settle bound ({SETTLE_SECONDS:g} s) "
                                   f"passed: {obs.state.value} {obs.cause.reason}".strip())
                 except Exception as exc:
                     reason = "" if job in stopped else f"inspect failed: {type(exc).__name__}"
+            seen.append((st, held, reason))
+        nodes = {str(st.job): st.plan.nodes for st in self.jobs}
+        jobs = []
+        for st, held, reason in seen:
+            job = str(st.job)
+            find_empty = direct_empty = None
             if job in stopped:
                 found = await be.find(st.job)
                 find_empty = not found
                 direct_empty = not await self._labelled(kube, job)
             jobs.append(JobFinal(job, held=held, find_empty=find_empty,
-                                 direct_list_empty=direct_empty, reason=reason))
+                                 direct_list_empty=direct_empty, reason=reason,
+                                 state=states.get(job, ""),
+                                 quota_free=quota_free(job, states, nodes)))
         objects = []
         for res in (r.TRAINJOB, r.TRAINING_RUNTIME, r.JOBSET, r.JOB, r.POD, r.WORKLOAD):
             items, _ = await kube.list(res, self.namespace)
@@ -867,7 +1051,7 @@ class Run:
         ledger = read_ledger(self.dir / "ledger.jsonl")
         verdicts = judge(ledger, self.rec.ops, final)
         self.result.ledger_lines = len(ledger)
-        self.result.executions = len({ln.attempt for ln in ledger})
+        self.result.executions = sum(len(exs) for exs in executions(ledger).values())
         self.result.verdicts = {v.prop: v.ok for v in verdicts}
         self.result.violations = [f"({v.prop}) {v.message.splitlines()[0] if v.message else ''}"
                                   for v in verdicts if not v.ok]
@@ -934,7 +1118,7 @@ async def _uninterrupted(work: Awaitable[None]) -> None:
 
 
 def summary_table(results: Sequence[RunResult]) -> str:
-    props = ("clock", "a", "b", "c", "d", "e", "f", "start")
+    props = ("clock", "a", "b", "c", "d", "e", "f", "g", "start")
     head = f"{'seed':>8} {'secs':>6} {'ops':>4} {'faults':<44} " + \
         " ".join(f"{p:>5}" for p in props) + "  note"
     rows = [head]
@@ -978,10 +1162,12 @@ async def campaign(a: argparse.Namespace) -> int:
                 code = 2
                 break
             run = Run(seed=seed, index=i, kubeconfig=a.kubeconfig, cluster=a.cluster,
-                      out=out, jobs=a.jobs, ops=a.ops, faults=faults, skipped_faults=skipped)
+                      out=out, jobs=a.jobs, ops=a.ops, faults=faults, skipped_faults=skipped,
+                      mix=a.mix)
             run.result.runner = version
             print(f"chaos: run {i} seed {run.run_seed} namespace {run.namespace}: "
-                  f"{len(run.plan.steps)} steps", file=sys.stderr, flush=True)
+                  f"{len(run.plan.steps)} steps (mix {run.plan.mix})", file=sys.stderr,
+                  flush=True)
             res = await run.execute(kube)
             results.append(res)
             with (out / "runs.jsonl").open("a", encoding="utf-8") as f:
@@ -1029,6 +1215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("chaos-results"))
     ap.add_argument("--jobs", type=int, default=3)
     ap.add_argument("--ops", type=int, default=8)
+    ap.add_argument("--mix", type=int, choices=(1, MIX), default=MIX,
+                    help=f"the plan's mix (default {MIX}); 1 replays the seeds of before "
+                         "issue 26's operations")
     a = ap.parse_args(argv)
     try:
         return asyncio.run(campaign(a))

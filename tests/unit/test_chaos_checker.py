@@ -34,26 +34,29 @@ OTHER = "01JQ8Z6W3K9V7TQ2M5XH4N0RCC"
 
 
 def run(job: str, sub: int, a: int, j: int, start_ms: int, end_ms: int, *, rank: int = 0,
-        status: int | None = 0, epoch: int | None = None, pid: int = 0) -> list[LedgerLine]:
+        status: int | None = 0, epoch: int | None = None, pid: int = 0, attempt: int = 1,
+        uid: str = "", jobset: str = "", pod: str = "") -> list[LedgerLine]:
     """One rank of one execution: a start line, beats every 100 ms, an exit line."""
-    attempt = f"{job}.{sub}.1.{a}.{j}"
-    ep = str(epoch if epoch is not None else sub * 1_000_000 + a + j)
+    ident = f"{job}.{sub}.{attempt}.{a}.{j}"
+    ep = str(epoch if epoch is not None else
+             sub * 1_000_000 + (attempt - 1) * 10_000 + a + j)
     pid = pid or 1000 + 97 * a + 13 * j + rank
     times = [*range(start_ms, end_ms, 100), end_ms]
     kinds = ["start"] + ["beat"] * (len(times) - 2) + ["exit" if status is not None else "beat"]
-    return [LedgerLine(kind=k, attempt=attempt, epoch=ep, pod=f"{job.lower()}-{a}-{j}-{rank}",
+    return [LedgerLine(kind=k, attempt=ident, epoch=ep,
+                       pod=pod or f"{job.lower()}-{attempt}-{a}-{j}-{rank}",
                        rank=str(rank), pid=pid, seq=n + 1, wall_us=T0 + t * 1000,
                        uptime_cs=UP0 + t // 10, status=status if k == "exit" else None,
-                       started_us=T0 + start_ms * 1000)
+                       started_us=T0 + start_ms * 1000, uid=uid, jobset=jobset)
             for n, (k, t) in enumerate(zip(kinds, times, strict=True))]
 
 
 def op(id: int, kind: str, job: str, call_ms: int, ret_ms: int | None, *,
        error: str | None = None, result: object = None,
-       deadline_ms: int | None = None) -> Operation:
+       deadline_ms: int | None = None, **args: object) -> Operation:
     return Operation(id=id, op=kind, job=job, call_us=T0 + call_ms * 1000,
                      return_us=None if ret_ms is None else T0 + ret_ms * 1000,
-                     result=result, error=error,
+                     result=result, error=error, args=dict(args),
                      deadline_us=None if deadline_ms is None else T0 + deadline_ms * 1000)
 
 
@@ -98,8 +101,9 @@ def test_overlap_is_flagged_with_the_lines_around_it() -> None:
     v = judge(ledger, ops, final)
     assert flagged(v) == {"a"}
     a = v[1]
-    assert f"{OTHER}.1.1.2.0 started" in a.message
+    assert f"({OTHER}.1.1.2.0 rank 0) started" in a.message
     assert "100.000 ms before" in a.message
+    assert a.message.endswith("another execution")
     assert {ln.attempt for ln in a.lines} == {f"{OTHER}.1.1.1.0", f"{OTHER}.1.1.2.0"}
     assert all(ln.job == OTHER for ln in a.lines)
 
@@ -133,7 +137,7 @@ def test_non_increasing_epoch_is_flagged() -> None:
               LedgerLine(**{**ln.__dict__, "attempt": f"{OTHER}.1.1.0.1"}) for ln in ledger]
     v = judge(ledger, ops, final)
     assert flagged(v) == {"b"}
-    assert "DISPATCH_EPOCH 1000001 -> 1000001" in v[2].message
+    assert "DISPATCH_EPOCH 1000001 -> 1000001 (A + J 1 -> 1)" in v[2].message
 
 
 def test_non_increasing_r_within_a_submission_is_flagged() -> None:
@@ -293,7 +297,7 @@ def test_history_round_trips_and_report_prints_the_seed(
                "--final", str(tmp_path / "final.json"), "--seed", "4242"])
     out = capsys.readouterr().out
     assert rc == 1
-    assert "FAIL (a) no two executions of a job overlap" in out
+    assert "FAIL (a) no two pods of a job alive at once" in out
     assert "ok   (b)" in out
     assert "VIOLATION seed=4242 property (a)" in out
     assert "ledger lines around it:" in out
@@ -305,3 +309,217 @@ def test_a_torn_ledger_line_is_an_error(tmp_path: Path) -> None:
                                       '{"kind":"beat","attem\n')
     with pytest.raises(ValueError, match=r"l\.jsonl:2"):
         read_ledger(tmp_path / "l.jsonl")
+
+
+# --- issue 26: pods, not identity strings; epochs across attempts; liveness -----------------
+
+
+def test_two_pods_of_one_rank_at_one_identity_are_an_overlap() -> None:
+    """A replacement pod of rank 0 beside one still in its TERM handler: the same JobSet, the
+    same DISPATCH_ATTEMPT, the same rank, two pods. Keyed by identity they were one."""
+    ledger, ops, final = clean_history()
+    ledger = [ln for ln in ledger if ln.job != OTHER]
+    ledger += run(OTHER, 1, 1, 0, 50, 2500, uid="u-old", jobset="js-1", pod="other-node-0-a")
+    ledger += run(OTHER, 1, 1, 0, 2000, 2600, uid="u-new", jobset="js-1", pod="other-node-0-b")
+    v = judge(ledger, ops, final)
+    assert flagged(v) == {"a"}
+    assert "pod other-node-0-b uid u-new" in v[1].message
+    assert "500.000 ms before pod other-node-0-a uid u-old" in v[1].message
+    assert v[1].message.endswith("the same rank of the same execution")
+    assert {ln.uid for ln in v[1].lines} == {"u-old", "u-new"}
+    # The same two pods one after the other: a pod replaced, not an overlap.
+    ledger = [ln for ln in ledger if ln.uid != "u-new"]
+    ledger += run(OTHER, 1, 1, 0, 2600, 2800, uid="u-new", jobset="js-1", pod="other-node-0-b")
+    assert flagged(judge(ledger, ops, final)) == set()
+
+
+def test_ranks_of_one_execution_overlap_but_not_of_another_jobset() -> None:
+    """Case 1 of issue 26: the JobSet deleted and re-made at the same identity; its rank 0
+    starts while the old rank 1 lingers in its TERM handler."""
+    ledger, ops, final = clean_history()
+    ledger = [ln for ln in ledger if ln.job != OTHER]
+    old = (run(OTHER, 1, 1, 0, 50, 2500, uid="u0", jobset="js-1")
+           + run(OTHER, 1, 1, 0, 60, 2500, rank=1, uid="u1", jobset="js-1"))
+    assert flagged(judge(ledger + old, ops, final)) == set()  # two ranks side by side: fine
+    again = (run(OTHER, 1, 1, 0, 2300, 3000, uid="u2", jobset="js-2")
+             + run(OTHER, 1, 1, 0, 2300, 3000, rank=1, uid="u3", jobset="js-2"))
+    v = judge(ledger + old + again, ops, final)
+    assert flagged(v) == {"a", "b"}
+    assert "another execution, the same identity" in v[1].message
+    assert "(and 3 more)" in v[1].message  # each new pod beside each old one
+    assert (f"{OTHER}.1.1.1.0 (JobSet js-1) then {OTHER}.1.1.1.0 (JobSet js-2): "
+            "DISPATCH_EPOCH 1000001 -> 1000001") in v[2].message
+    # After the old pods went, at a raised A: a new execution, higher. Fine.
+    later = (run(OTHER, 1, 2, 0, 2600, 3000, uid="u2", jobset="js-2")
+             + run(OTHER, 1, 2, 0, 2600, 3000, rank=1, uid="u3", jobset="js-2"))
+    assert flagged(judge(ledger + old + later, ops, final)) == set()
+    # ... but at the same A, after the old pods went: not an overlap, still not higher.
+    same = (run(OTHER, 1, 1, 0, 2600, 3000, uid="u2", jobset="js-2")
+            + run(OTHER, 1, 1, 0, 2600, 3000, rank=1, uid="u3", jobset="js-2"))
+    assert flagged(judge(ledger + old + same, ops, final)) == {"b"}
+
+
+def test_an_execution_between_two_pods_of_another_is_flagged() -> None:
+    """No two pods overlap, but a new execution ran inside the old one's span: the old
+    one's rank 1 started after the new one ended."""
+    ledger, ops, final = clean_history()
+    ledger = [ln for ln in ledger if ln.job != OTHER]
+    ledger += run(OTHER, 1, 1, 0, 50, 500, status=None)
+    ledger += run(OTHER, 1, 2, 0, 600, 900)
+    ledger += run(OTHER, 1, 1, 0, 1000, 1200, rank=1)
+    v = judge(ledger, ops, final)
+    assert "a" in flagged(v)
+    assert f"{OTHER}.1.1.2.0 started" in v[1].message
+    assert "(within its span)" in v[1].message
+
+
+def test_a_later_attempt_must_run_above_every_epoch_of_the_earlier_one() -> None:
+    """Case 2 of issue 26: attempt 1 held and released (1000002), stopped, attempt 2 of the
+    same submission started and opened."""
+    ledger, ops, final = clean_history()
+    ledger = [ln for ln in ledger if ln.job != OTHER]
+    ledger += (run(OTHER, 1, 1, 0, 50, 500, status=None, jobset="js-a1")
+               + run(OTHER, 1, 2, 0, 700, 1200, jobset="js-a1"))
+    ops += [op(8, OP_STOP, OTHER, 1300, 1400, result={"alive": 0, "unproven": 0}),
+            op(9, OP_START, OTHER, 1500, 1600, submission=1, attempt=2),
+            op(10, OP_OPEN, OTHER, 1700, 1800)]
+    final = Final(jobs=[final.jobs[0], JobFinal(OTHER)])
+    good = ledger + run(OTHER, 1, 1, 0, 2000, 2400, attempt=2)  # 1010001
+    assert flagged(judge(good, ops, final)) == set()
+    # A reset to 0 on the new TrainJob, and the old epoch formula: 1000001 < 1000002.
+    low = ledger + run(OTHER, 1, 1, 0, 2000, 2400, attempt=2, epoch=1_000_001)
+    v = judge(low, ops, final)
+    assert flagged(v) == {"b"}
+    assert "carries DISPATCH_EPOCH ['1000001'], its identity implies 1010001" in v[2].message
+    assert ("DISPATCH_EPOCH 1000002 -> 1000001 (submission 1 attempt 1 -> submission 1 "
+            "attempt 2)") in v[2].message
+    # The attempt not in the identity at all: the same string as attempt 1's first (the
+    # JobSet's UID tells the two executions apart).
+    lost = ledger + run(OTHER, 1, 1, 0, 2000, 2400, pod="other-attempt-2-node-0",
+                        jobset="js-a2")
+    v = judge(lost, ops, final)
+    assert flagged(v) == {"b"}
+    assert "DISPATCH_EPOCH 1000002 -> 1000001 (A + J 2 -> 1)" in v[2].message
+
+
+def test_an_identity_that_is_not_one_is_a_violation_not_a_crash() -> None:
+    ledger, ops, final = clean_history()
+    ledger += [LedgerLine(**{**ln.__dict__, "attempt": f"{OTHER}.1.1.x.0"})
+               for ln in run(OTHER, 1, 2, 0, 2600, 2800)]
+    v = judge(ledger, ops, final)
+    assert "b" in flagged(v)
+    assert "is not <job>.<submission>.<attempt>.<A>.<J>" in v[2].message
+
+
+def test_a_rank_that_exited_0_is_not_a_job_that_ran_to_its_end() -> None:
+    """Rank 1 ends early (exit 0), rank 0 is stopped by a hold and the job never runs
+    again: nothing ran to its end."""
+    ledger, ops, final = clean_history()
+    ledger = [ln for ln in ledger if ln.job != OTHER]
+    ledger += run(OTHER, 1, 1, 0, 50, 1500, status=143)
+    ledger += run(OTHER, 1, 1, 0, 50, 300, rank=1)
+    exs = executions(ledger)[OTHER]
+    assert not exs[0].succeeded
+    v = judge(ledger, ops, final)
+    assert flagged(v) == {"c"}
+    assert "no execution ran to its end, every rank exiting 0" in v[3].message
+    ledger += run(OTHER, 1, 2, 0, 1600, 2500) + run(OTHER, 1, 2, 0, 1600, 1800, rank=1)
+    assert executions(ledger)[OTHER][1].succeeded
+    assert flagged(judge(ledger, ops, final)) == set()
+
+
+def test_a_job_opened_again_after_its_stop_must_run() -> None:
+    ledger, ops, final = clean_history()
+    # JOB was stopped at 3500; attempt 2 is started and opened, and never runs.
+    ops += [op(8, OP_START, JOB, 4500, 4600, submission=1, attempt=2),
+            op(9, OP_OPEN, JOB, 4700, 4800)]
+    final = Final(jobs=[JobFinal(JOB), JobFinal(OTHER)])
+    v = judge(ledger, ops, final)
+    assert flagged(v) == {"c"}
+    assert "no ledger line at all since its StopJob" in v[3].message
+    ledger += run(JOB, 1, 1, 0, 5000, 5500, attempt=2)
+    assert flagged(judge(ledger, ops, final)) == set()
+
+
+def released() -> tuple[list[LedgerLine], list[Operation], Final]:
+    """OTHER opened, running, held (rank 1 ended early), released: nothing yet after it."""
+    ledger, ops, final = clean_history()
+    ledger = [ln for ln in ledger if ln.job != OTHER]
+    ledger += run(OTHER, 1, 1, 0, 50, 1000, status=143) + run(OTHER, 1, 1, 0, 50, 300, rank=1)
+    ops += [op(8, OP_HOLD, OTHER, 900, 1100), op(9, "release", OTHER, 1500, 1600,
+                                                   result="released", instance=1, wrong=False)]
+    return ledger, ops, final
+
+
+def test_a_released_job_that_never_runs_again_is_flagged() -> None:
+    """Case 3 of issue 26: the readmission check waits for a finished rank forever, the job
+    reserving its quota. The settle bound's reason excuses (c), not (g)."""
+    ledger, ops, final = released()
+    stuck = JobFinal(OTHER, state="admitting", quota_free=True,
+                     reason="not finished when the settle bound (150 s) passed: admitting")
+    v = judge(ledger, ops, Final(jobs=[final.jobs[0], stuck]))
+    assert flagged(v) == {"g"}
+    assert f"job {OTHER}: released by operation 9 at {T0 + 1_500_000} us" in v[7].message
+    assert "state admitting, quota free True" in v[7].message
+    assert {o.id for o in v[7].operations} == {8, 9}
+    # Held again at the end without a hold since: the release did not take.
+    held = JobFinal(OTHER, held=True, state="held")
+    assert flagged(judge(ledger, ops, Final(jobs=[final.jobs[0], held]))) == {"g"}
+
+
+def test_a_released_job_that_ran_again_or_says_why_not_passes() -> None:
+    ledger, ops, final = released()
+    again = ledger + run(OTHER, 1, 2, 0, 2000, 2500) + run(OTHER, 1, 2, 0, 2000, 2100, rank=1)
+    assert flagged(judge(again, ops, final)) == set()
+    full = Final(jobs=[final.jobs[0], JobFinal(OTHER, state="queued", quota_free=False,
+                                              reason="not finished: queued")])
+    v = judge(ledger, ops, full)
+    assert flagged(v) == set()
+    assert "the ClusterQueue had no room for it" in v[7].message
+    # Held again, or stopped, after the release: not this property's.
+    for later in (op(10, OP_HOLD, OTHER, 1700, 1800),
+                  op(10, OP_STOP, OTHER, 1700, 1800, result={"alive": 0})):
+        fin = Final(jobs=[final.jobs[0], JobFinal(OTHER, held=later.op == OP_HOLD,
+                                                  find_empty=True, direct_list_empty=True)])
+        assert "g" not in flagged(judge(ledger, [*ops, later], fin))
+    # A wrong instance's release or one that found nothing held ends no hold.
+    wrong = [o if o.id != 9 else Operation(**{**o.__dict__, "args": {"wrong": True}})
+             for o in ops]
+    fin = Final(jobs=[final.jobs[0], JobFinal(OTHER, held=True)])
+    assert flagged(judge(ledger, wrong, fin)) == set()
+
+
+def test_an_expired_hold_counts_as_a_release() -> None:
+    ledger, ops, final = released()
+    ops = [o for o in ops if o.id != 9]
+    ops[-1] = op(8, OP_HOLD, OTHER, 900, 1100, until_s=3.0)  # expires at 3900 ms
+    stuck = Final(jobs=[final.jobs[0], JobFinal(OTHER, state="queued", quota_free=True,
+                                                reason="not finished: queued")])
+    v = judge(ledger, ops, stuck)
+    assert flagged(v) == {"g"}
+    assert "the hold of operation 8 expired (3 s)" in v[7].message
+    ran = ledger + run(OTHER, 1, 2, 0, 4000, 4500) + run(OTHER, 1, 2, 0, 4000, 4100, rank=1)
+    assert flagged(judge(ran, ops, stuck)) == set()
+    # Released before it expired: it must run after the release, not the expiry.
+    early = [*ops, op(9, "release", OTHER, 1500, 1600, result="released")]
+    soon = ledger + run(OTHER, 1, 2, 0, 2000, 2500) + run(OTHER, 1, 2, 0, 2000, 2100, rank=1)
+    assert flagged(judge(soon, early, stuck)) == set()
+
+
+def test_an_execution_that_outlived_a_short_hold_and_succeeded_passes() -> None:
+    """A hold that expired before Kueue's eviction ended the pods: the execution ran on to
+    exit 0 after the expiry, the job succeeded, nothing more has to run (a cluster run of
+    seed 1865, 2026-12-05, flagged this before the rule said so)."""
+    ledger, ops, final = released()
+    ops = [o for o in ops if o.id != 9]
+    ops[-1] = op(8, OP_HOLD, OTHER, 900, 1100, until_s=0.5)  # expires at 1400 ms
+    ledger = [ln for ln in ledger if ln.job != OTHER]
+    ledger += run(OTHER, 1, 1, 0, 50, 2000) + run(OTHER, 1, 1, 0, 50, 300, rank=1)
+    done = Final(jobs=[final.jobs[0], JobFinal(OTHER, state="succeeded", quota_free=True)])
+    v = judge(ledger, ops, done)
+    assert flagged(v) == set()
+    assert "succeeded, by an execution that outlived the hold" in v[7].message
+    # Succeeded at the end but no execution ran to its end: still flagged.
+    cut = [ln for ln in ledger if ln.job != OTHER]
+    cut += run(OTHER, 1, 1, 0, 50, 1000, status=143) + run(OTHER, 1, 1, 0, 50, 300, rank=1)
+    assert "g" in flagged(judge(cut, ops, done))

@@ -35,7 +35,9 @@ needs_busybox = pytest.mark.skipif(not Path(BUSYBOX).exists(), reason="no busybo
 def _ledger_env(path: Path, **extra: str) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LEDGER": str(path),
             "DISPATCH_ATTEMPT": f"{JOB}.1.1.1.0", "DISPATCH_EPOCH": "1000001",
-            "HOSTNAME": "job-node-0-0-abcde", "JOB_COMPLETION_INDEX": "0", **extra}
+            "HOSTNAME": "job-node-0-0-abcde", "JOB_COMPLETION_INDEX": "0",
+            "POD_UID": "0f3c2a9e-1d2b-4c5d-8e7f-000000000001",
+            "JOBSET_UID": "7a1b2c3d-0000-4000-8000-00000000000a", **extra}
 
 
 FAIL_ONCE = [
@@ -69,6 +71,36 @@ def _terminated(path: Path) -> Run:
             proc.wait()
 
 
+def _lingers(path: Path) -> Run:
+    """Lingers 0.5 s on TERM, which it gets after 0.35 s, and again 0.2 s later."""
+    proc = subprocess.Popen([BUSYBOX, "sh", str(LEDGER_SH)],
+                            env=_ledger_env(path, LEDGER_RUN_SECONDS="0.3",
+                                            LEDGER_TERM_LINGER="0.5",
+                                            JOB_COMPLETION_INDEX="1"))
+    try:
+        t = time.monotonic()
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # the kubelet sends one; a second changes nothing
+        return Run(path, [proc.wait(timeout=5)], proc.pid, time.monotonic() - t)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _ends_early(path: Path) -> Run:
+    """Ranks 0 and 1 of one execution; rank 1 ends early."""
+    procs = [subprocess.Popen([BUSYBOX, "sh", str(LEDGER_SH)],
+                              env=_ledger_env(path, JOB_COMPLETION_INDEX=str(rank),
+                                              POD_UID=f"uid-{rank}", LEDGER_RUN_SECONDS="0.6",
+                                              LEDGER_EARLY_RANK="1",
+                                              LEDGER_EARLY_SECONDS="0.15"))
+             for rank in (0, 1)]
+    return Run(path, [p.wait(timeout=10) for p in procs], 0, 0.0)
+
+
 def _fails_once(path: Path, attempt: str, rank: str) -> Run:
     env = _ledger_env(path, DISPATCH_ATTEMPT=attempt, JOB_COMPLETION_INDEX=rank,
                       LEDGER_RUN_SECONDS="0.45", LEDGER_FAIL_ONCE="1", LEDGER_FAIL_AFTER="0.2")
@@ -99,6 +131,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[
     tmp = tmp_path_factory.mktemp("ledgers")
     jobs: dict[str, Callable[[Path], Run]] = {
         "term": _terminated, "concurrent": _concurrent, "sh-c": _as_pod_runs_it,
+        "linger": _lingers, "early": _ends_early,
         **{f"fail-{a}-{r}": functools.partial(_fails_once, attempt=a, rank=r)
            for a, r, _ in FAIL_ONCE}}
     for name in jobs:
@@ -135,6 +168,10 @@ def test_ledger_program_beats_and_records_term(runs: dict[str, Future[Run]]) -> 
     first = lines[0]
     assert (first.attempt, first.epoch, first.pod, first.rank) == (
         f"{JOB}.1.1.1.0", "1000001", "job-node-0-0-abcde", "0")
+    # The pod's UID and its JobSet's: the checker judges pods and executions by them.
+    assert {(ln.uid, ln.jobset) for ln in lines} == {
+        ("0f3c2a9e-1d2b-4c5d-8e7f-000000000001", "7a1b2c3d-0000-4000-8000-00000000000a")}
+    assert {ln.pod_key for ln in lines} == {"0f3c2a9e-1d2b-4c5d-8e7f-000000000001"}
     assert first.pid == run.pid
     assert {ln.started_us for ln in lines} == {first.wall_us}
     assert lines[-1].status == 143
@@ -184,4 +221,50 @@ def test_ledger_program_runs_as_sh_c_with_its_env(runs: dict[str, Future[Run]]) 
     lines = read_ledger(run.path)
     assert [ln.kind for ln in lines][0::len(lines) - 1] == ["start", "exit"]
     assert lines[0].pod == os.uname().nodename  # no HOSTNAME: hostname(1)
+    assert "LEDGER_TERM_LINGER" not in ledger.env()
+    assert ledger.env(term_linger=12)["LEDGER_TERM_LINGER"] == "12"
+    assert ledger.env(early_rank=1, early_seconds=0.5)["LEDGER_EARLY_SECONDS"] == "0.5"
     assert ledger.env(fail_once=True)["LEDGER_FAIL_ONCE"] == "1"
+
+
+@needs_busybox
+def test_ledger_program_lingers_on_term_and_beats_meanwhile(
+        runs: dict[str, Future[Run]]) -> None:
+    """A checkpoint on TERM: one term line, beats on for LEDGER_TERM_LINGER, then 143; the
+    run's own seconds (0.3) end nothing once TERM came, and a second TERM changes nothing."""
+    run = runs["linger"].result()
+    assert run.statuses == [143]
+    lines = read_ledger(run.path)
+    kinds = [ln.kind for ln in lines]
+    assert kinds.count("term") == 1
+    assert kinds[-1] == "exit"
+    assert lines[-1].status == 143
+    term = next(ln for ln in lines if ln.kind == "term")
+    after = [ln for ln in lines if ln.wall_us > term.wall_us and ln.kind == "beat"]
+    assert len(after) >= 3  # it beats while it lingers: the pod is alive
+    lingered_ms = (lines[-1].wall_us - term.wall_us) / 1000
+    assert 480 <= lingered_ms < 900, lingered_ms
+    assert run.took < 3
+    assert {ln.rank for ln in lines} == {"1"}
+    v = judge(lines, [], Final())
+    assert all(x.ok for x in v), format_verdicts(v)
+
+
+@needs_busybox
+def test_ledger_program_ends_one_rank_early(runs: dict[str, Future[Run]]) -> None:
+    """LEDGER_EARLY_RANK exits 0 after its own seconds; the other rank runs on. The two
+    are two pods of one execution side by side, which the checker allows."""
+    run = runs["early"].result()
+    assert run.statuses == [0, 0]
+    lines = read_ledger(run.path)
+    span = {}
+    for rank in ("0", "1"):
+        mine = [ln for ln in lines if ln.rank == rank]
+        assert mine[-1].kind == "exit"
+        assert mine[-1].status == 0
+        span[rank] = (mine[-1].wall_us - mine[0].wall_us) / 1000
+    assert 140 <= span["1"] < 400, span
+    assert 590 <= span["0"] < 1000, span
+    assert {ln.uid for ln in lines} == {"uid-0", "uid-1"}
+    v = judge(lines, [], Final())
+    assert all(x.ok for x in v), format_verdicts(v)

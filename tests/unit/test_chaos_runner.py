@@ -4,6 +4,7 @@ records results, typed errors by class, and calls past their deadline as hung.""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from pathlib import Path
 from typing import cast
@@ -13,7 +14,17 @@ import pytest
 from chaos import runner
 from chaos.checker import check_calls
 from chaos.history import Final, read_operations
-from dispatch_kubeflow import Backend, ConflictError, DeadlineExceeded, JobID
+from dispatch_kubeflow import (
+    Backend,
+    ConflictError,
+    DeadlineExceeded,
+    HoldMeta,
+    JobID,
+    ObjectRef,
+    StartRequest,
+    StopReport,
+)
+from dispatch_kubeflow.kube import Kube, Resource
 
 
 def test_the_plan_is_a_function_of_the_seed() -> None:
@@ -266,3 +277,177 @@ async def test_an_observe_only_backend_is_opened_again_then_the_run_is_not_judge
     with pytest.raises(runner.NotJudged, match=r"observe-only.*StartGate: unknown"):
         await _run(tmp_path)._backend()
     assert [b.closed for b in never.opened] == [True, True]
+
+
+# --- issue 26: the new operations, TERM lingers and ranks that end early ---------------------
+
+
+def _fingerprint(plan: runner.Plan) -> str:
+    return repr(([(j.nodes, j.fail_once, j.run_seconds, j.open_at_start) for j in plan.jobs],
+                 [(s.kind, s.name, s.job, s.delay, s.arg) for s in plan.steps]))
+
+
+def test_mix_1_draws_the_plans_of_before_issue_26() -> None:
+    """--mix 1 replays an old seed: the plans of seeds 0-99 as the runner drew them before
+    the new operations (sha256 of their fingerprints, taken from that runner)."""
+    text = "".join(_fingerprint(runner.make_plan(s, mix=1)) for s in range(100))
+    assert hashlib.sha256(text.encode()).hexdigest() == \
+        "4475971d94fba66f36133a32d6474b9b96d63bd5bae5b3fdeb48bc0b1b066f6a"
+    assert _fingerprint(runner.make_plan(3, mix=1)).startswith(
+        "([(1, True, 8.0, True), (2, False, 5.0, True), (1, False, 5.0, True)], "
+        "[('op', 'start-different', 2, 1.09, 0.0), ('op', 'hold-expiry', 0, 3.38, 4.6)")
+    for s in range(100):
+        plan = runner.make_plan(s, mix=1)
+        assert {st.name for st in plan.steps if st.kind == "op"} <= set(runner.SCHEDULE_OPS_1)
+        assert all(j.term_linger == 0 and j.early_exit == 0 for j in plan.jobs)
+    with pytest.raises(ValueError, match="mix"):
+        runner.make_plan(1, mix=3)
+
+
+def test_mix_2_plans_are_a_function_of_the_seed_and_hold_the_new_operations() -> None:
+    assert runner.make_plan(11) == runner.make_plan(11, mix=runner.MIX)
+    assert runner.make_plan(11).mix == 2
+    new = {"delete-jobset", "delete-workload", "delete-workload-held", "next-attempt"}
+    seen: set[str] = set()
+    lingers: set[float] = set()
+    early = 0
+    for seed in range(100):
+        plan = runner.make_plan(seed)
+        assert plan == runner.make_plan(seed)
+        seen |= {s.name for s in plan.steps if s.kind == "op"}
+        assert plan.jobs[1].term_linger > 0  # every run has a job that lingers on TERM
+        for j in plan.jobs:
+            lingers.add(j.term_linger)
+            assert j.term_linger < 30  # below the pods' grace period
+            if j.early_exit:
+                early += 1
+                assert j.nodes == 2
+                assert j.run_seconds >= 15 > 2 >= j.early_exit
+    assert new <= seen
+    assert lingers == set(runner.TERM_LINGERS)
+    assert 50 < early < 200  # about one job in three
+    assert runner.make_plan(11) != runner.make_plan(12)
+
+
+def test_the_job_command_carries_the_linger_and_the_early_rank() -> None:
+    plan = runner.JobPlan(nodes=2, fail_once=False, run_seconds=25.0, open_at_start=True,
+                          term_linger=12.0, early_exit=1.5)
+    cmd = runner.job_command(plan)
+    assert {"LEDGER_TERM_LINGER=12", "LEDGER_EARLY_RANK=1", "LEDGER_EARLY_SECONDS=1.5",
+            "LEDGER_RUN_SECONDS=25"} <= set(cmd)
+    plain = runner.job_command(runner.JobPlan(1, False, 5.0, True))
+    assert not [a for a in plain if a.startswith(("LEDGER_TERM", "LEDGER_EARLY"))]
+    req = runner.job_request(JobID.new(), plan, "rt", submission=2, attempt=3)
+    assert (req.submission, req.attempt) == (2, 3)
+    req.validate()
+
+
+def test_the_runtime_gives_the_ledger_the_pod_and_jobset_uids() -> None:
+    body = runner.runtime_body("dispatch-chaos-1-0", Path("/var/lib/dispatch-chaos/1-0"))
+    pod = body["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+           for e in pod["spec"]["containers"][0]["env"]}
+    assert env == {"NODE_NAME": "spec.nodeName", "POD_UID": "metadata.uid",
+                   "JOBSET_UID": "metadata.labels['jobset.sigs.k8s.io/jobset-uid']"}
+    assert pod["spec"]["terminationGracePeriodSeconds"] > max(runner.TERM_LINGERS)
+
+
+def test_quota_free_counts_the_jobs_that_reserve_quota() -> None:
+    nodes = {"a": 2, "b": 2, "c": 2, "d": 1}
+    states = {"a": "running", "b": "admitting", "c": "queued", "d": "holding"}
+    assert runner.quota_free("a", states, nodes) is True  # it has its quota
+    assert runner.quota_free("c", states, nodes) is False  # 2 + 2 + 1 + 2 > 6
+    assert runner.quota_free("c", {**states, "d": "held"}, nodes) is True
+    assert runner.quota_free("x", states, nodes) is None
+
+
+def test_the_workload_of_a_trainjob_is_found_by_its_owner() -> None:
+    def wl(name: str, owner: str, deleting: bool = False) -> dict[str, object]:
+        meta: dict[str, object] = {"name": name, "ownerReferences": [
+            {"kind": "TrainJob", "name": owner}]}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return {"metadata": meta}
+
+    items = [wl("old", "dj-a-s1", deleting=True), wl("other", "dj-b-s1"), wl("new", "dj-a-s1")]
+    found = runner.workload_of(items, "dj-a-s1")
+    assert found is not None
+    assert found["metadata"]["name"] == "new"
+    assert runner.workload_of(items[:1], "dj-a-s1") is items[0]
+    assert runner.workload_of(items, "dj-c-s1") is None
+
+
+class _OpsBackend:
+    """The Backend calls the executor makes, recorded; Start returns the TrainJob's ref."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    async def start(self, req: StartRequest) -> ObjectRef:
+        self.calls.append(("start", (req.submission, req.attempt)))
+        return ObjectRef("ns", f"dj-{str(req.job).lower()}-s{req.submission}")
+
+    async def open(self, ref: ObjectRef) -> None:
+        self.calls.append(("open", ref.name))
+
+    async def hold(self, ref: ObjectRef, meta: HoldMeta) -> None:
+        self.calls.append(("hold", meta.instance))
+
+    async def stop_job(self, job: JobID, reason: str) -> StopReport:
+        self.calls.append(("stop_job", str(job)))
+        return StopReport()
+
+
+class _OpsKube:
+    def __init__(self, workloads: list[dict[str, object]]) -> None:
+        self.workloads = workloads
+        self.deleted: list[tuple[str, str, str | None, str]] = []
+
+    async def list(self, res: object, namespace: str | None = None,
+                   **kw: object) -> tuple[list[dict[str, object]], str]:
+        return self.workloads, "1"
+
+    async def delete(self, res: Resource, name: str, namespace: str | None = None, *,
+                     uid: str | None = None, propagation: str = "Background",
+                     grace_period: int | None = None) -> dict[str, object] | None:
+        self.deleted.append((res.kind, name, uid, propagation))
+        return {"metadata": {"name": name, "uid": uid or "js-uid-1"}}
+
+
+def test_the_new_operations_act_and_are_recorded(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    run.rec = runner.Recorder(None)
+    be = _OpsBackend()
+    job = JobID.new()
+    ref = ObjectRef("ns", f"dj-{str(job).lower()}-s1")
+    wl = {"metadata": {"name": "trainjob-x-1", "uid": "wl-uid",
+                       "ownerReferences": [{"kind": "TrainJob", "name": ref.name}]},
+          "spec": {"active": True}}
+    kube = _OpsKube([wl])
+    run.kube = cast(Kube, kube)
+    st = runner.JobState(runner.JobPlan(2, False, 5.0, True), job, ref)
+
+    async def go() -> None:
+        b = cast(Backend, be)
+        await run._op(b, "delete-jobset", st, 0.0)
+        await run._op(b, "delete-workload-held", st, 0.0)   # holds first
+        await run._op(b, "delete-workload-held", st, 0.0)   # held already: no second hold
+        await run._op(b, "next-attempt", st, 0.0)           # stop, start attempt 2, open
+        await run._op(b, "next-attempt", st, 0.0)           # and again: attempt 3
+
+    asyncio.run(go())
+    ops = [(o.op, o.args.get("attempt")) for o in run.rec.ops]
+    assert ops == [("delete_jobset", 1), ("hold", None), ("delete_workload", 1),
+                   ("delete_workload", 1), ("stop_job", 1), ("start", 2), ("open", None),
+                   ("stop_job", 2), ("start", 3), ("open", None)]
+    assert all(o.ok for o in run.rec.ops)
+    assert kube.deleted[0] == ("JobSet", ref.name, None, "Background")
+    assert kube.deleted[1] == ("Workload", "trainjob-x-1", "wl-uid", "Background")
+    assert run.rec.ops[0].result == {"jobset": ref.name, "uid": "js-uid-1", "found": True}
+    assert run.rec.ops[2].args["held"] is True
+    assert [c for c in be.calls if c[0] == "start"] == [("start", (1, 2)), ("start", (1, 3))]
+    assert (st.submission, st.attempt, st.stopped, st.held) == (1, 3, False, False)
+    # A StopJob then a Start of the same kind makes a new submission, attempt 1 again.
+    asyncio.run(run._op(cast(Backend, be), "stop_job", st, 0.0))
+    asyncio.run(run._op(cast(Backend, be), "start-same", st, 0.0))
+    assert be.calls[-1] == ("start", (2, 1))
