@@ -155,20 +155,28 @@ async def release_workload(kube: KubeAPI, workload: Mapping[str, Any], instance:
 # --- the TrainJob's record: plain mode's hold, and Kueue mode's copy of it --------------------
 
 
+async def _held_trainjob(kube: KubeAPI, namespace: str, name: str,
+                         instance: int | None) -> tuple[Mapping[str, Any], int]:
+    """The TrainJob and the hold instance it records (0: none); a HoldError when it records
+    another than ``instance`` (None: any will do)."""
+    trainjob = await kube.get_or_none(TRAINJOB, name, namespace)
+    if trainjob is None:
+        raise errors.NotFound(f"TrainJob {namespace}/{name} not found")
+    held = hold_instance(trainjob)
+    if held and instance is not None and held != instance:
+        raise errors.HoldError(f"TrainJob {namespace}/{name} is held as instance {held}, "
+                               f"not {instance}; the hold stays")
+    return trainjob, held
+
+
 async def clear_trainjob_hold(kube: KubeAPI, namespace: str, name: str, instance: int) -> bool:
     """Remove the TrainJob's record of hold ``instance`` (False: it records none), and
     nothing else: Kueue mode's copy, or a plain-mode job never opened (it keeps its start
     gate). One JSON patch whose ``test`` op checks the instance."""
     for _ in range(_RETRIES):
-        trainjob = await kube.get_or_none(TRAINJOB, name, namespace)
-        if trainjob is None:
-            raise errors.NotFound(f"TrainJob {namespace}/{name} not found")
-        held = hold_instance(trainjob)
+        trainjob, held = await _held_trainjob(kube, namespace, name, instance)
         if not held:
             return False
-        if held != instance:
-            raise errors.HoldError(f"TrainJob {namespace}/{name} is held as instance {held}, "
-                                   f"not {instance}; the hold stays")
         try:
             await kube.patch(TRAINJOB, name, release_patch(trainjob, instance, reactivate=False),
                              namespace, kind="json")
@@ -215,15 +223,9 @@ async def release_trainjob(kube: KubeAPI, namespace: str, name: str, instance: i
     A job that was opened before (A > 0) is admitted again once its pods are gone; a job
     never opened keeps its start gate (stays suspended) and only loses the hold.
     """
-    trainjob = await kube.get_or_none(TRAINJOB, name, namespace)
-    if trainjob is None:
-        raise errors.NotFound(f"TrainJob {namespace}/{name} not found")
-    held = hold_instance(trainjob)
+    trainjob, held = await _held_trainjob(kube, namespace, name, instance)
     if not held:
         return False
-    if instance is not None and held != instance:
-        raise errors.HoldError(f"TrainJob {namespace}/{name} is held as instance {held}, "
-                               f"not {instance}; the hold stays")
     drop: dict[str, str | None] = dict.fromkeys(names.HOLD_ANNOTATIONS)
 
     def same_hold(tj: Mapping[str, Any]) -> bool:

@@ -117,11 +117,8 @@ def judge_plain_a_writes(probe: str, who: str, a_write: errors.KubeError | None,
         return yes(f"plain mode: the library raises A itself, and {who} may: a dry-run patch "
                    f"of {a} on probe TrainJob {probe} was admitted. ValidatingAdmissionPolicy "
                    f"{A_POLICY} admits only the identities listed in {params}")
-    how = (f" ({a_write.status} {a_write.reason}): add {who} to {params} (key writers) of "
-           f"ValidatingAdmissionPolicy {A_POLICY}" if refused_by_policy(a_write, probe)
-           else f": {a_write}")
     return no(f"plain mode: the library raises A itself, but a dry-run patch of {a} on probe "
-              f"TrainJob {probe} by {who} was refused{how}")
+              f"TrainJob {probe} by {who} was refused{_list_me(a_write, probe, who)}")
 
 
 def judge_kueue_guard(probe: str, who: str, unqueue: errors.KubeError | None,
@@ -148,15 +145,20 @@ def judge_kueue_guard(probe: str, who: str, unqueue: errors.KubeError | None,
 
 def judge_plain_guard(probe: str, who: str, resume: errors.KubeError | None) -> CapabilityStatus:
     """Plain mode: the library resumes what it admits, so the resume must be admitted."""
-    params = f"ConfigMap {names.CONTROLLER_NAMESPACE}/{a_binding(False)}"
     if resume is None:
         return yes(f"plain mode: the library resumes the jobs it admits, and {who} may: a "
                    f"dry-run resume of probe TrainJob {probe} was admitted")
-    how = (f" ({resume.status} {resume.reason}): add {who} to {params} (key writers) of "
-           f"ValidatingAdmissionPolicy {A_POLICY}" if refused_by_policy(resume, probe)
-           else f": {resume}")
     return no(f"plain mode: the library resumes the jobs it admits, but a dry-run resume of "
-              f"probe TrainJob {probe} by {who} was refused{how}")
+              f"probe TrainJob {probe} by {who} was refused{_list_me(resume, probe, who)}")
+
+
+def _list_me(exc: errors.KubeError, probe: str, who: str) -> str:
+    """Plain mode: what to do about a refusal of the library's own write (pure)."""
+    if not refused_by_policy(exc, probe):
+        return f": {exc}"
+    params = f"ConfigMap {names.CONTROLLER_NAMESPACE}/{a_binding(False)}"
+    return (f" ({exc.status} {exc.reason}): add {who} to {params} (key writers) of "
+            f"ValidatingAdmissionPolicy {A_POLICY}")
 
 
 def _unproven(probe: str, control: errors.KubeError) -> CapabilityStatus:
