@@ -82,6 +82,9 @@
  *   FINISHEDBLOCK the gate counts finished pods as left. Must fail (d).
  *   NOPODFENCE    the webhook admits any pod. Must fail (a) or (e): a re-made JobSet runs
  *                 beside the old one's pods.
+ *   NOPODTOKEN    the webhook does not compare the Workload's admission with the token
+ *                 recorded with A. With CHECKREMOVAL must fail (a): a readmission without
+ *                 the check reruns the last identity.
  *   NOJOBSETRECORD no approved JobSet on the TrainJob and no rebind; the webhook checks
  *                 only that no alive pod of another identity is left. Must fail (c).
  *   RAISEPASTJ    a raise that records a JobSet other than the approved one raises A by
@@ -327,7 +330,8 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
  * Served by every replica. It reads the TrainJob and the job's pods live when a pod is
  * created and admits a dispatch pod only if (1) A > 0 and its JobSet is the approved one
  * (when one is recorded) and (2) no alive pod of the job belongs to another identity
- * (3) and A + J < SPAN. Otherwise it refuses; the Job controller tries again later. */
+ * (3) and A + J < SPAN (4) and the Workload's current admission is the one approved.
+ * Otherwise it refuses; the Job controller tries again later. */
 #define SAME_ALIVE (al_js == js && al_A == A && al_J == J && al_att == att)
 #ifdef PODFENCE
 #ifdef NOJOBSETRECORD
@@ -335,7 +339,15 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
 #else
 #define FENCE1     (A > 0 && (appr == NOJS || appr == js))
 #endif
-#define POD_OK     (FENCE1 && (NALIVE == 0 || SAME_ALIVE) && A + J < SPAN)
+/* (4) the Workload's current admission is the one whose token was recorded with A
+ * (core.admission_count.unapproved_admission): an admission Kueue made without the check
+ * (CHECKREMOVAL), after an eviction or on a re-made Workload, runs no pod. */
+#ifdef NOPODTOKEN
+#define FENCE4     true
+#else
+#define FENCE4     (tok == ev + 1 && tokw == wuid)
+#endif
+#define POD_OK     (FENCE1 && FENCE4 && (NALIVE == 0 || SAME_ALIVE) && A + J < SPAN)
 #else
 #define POD_OK     true
 #endif

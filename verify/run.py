@@ -139,9 +139,13 @@ VARIANTS = (
     Variant("nocheckpodfence", ("CHECKREMOVAL", "JOBSETS", "RAISEPASTJ", "NOPODFENCE",
                                 "MAXHOLD=0", "PROPS=16"), True,
             "the check removed and no pod fence: two identities at once", bfs=True),
-    Variant("checkremoval-a", ("CHECKREMOVAL", "MAXHOLD=1", "PROPS=5"), True,
-            "a limit: with the check removed a readmission is no new execution to the "
-            "fence; it reruns the same identity beside the last one's pods", bfs=True),
+    Variant("checkremoval-a", ("CHECKREMOVAL", "MAXHOLD=1", "PROPS=5"), False,
+            "the check removed, checking (a) and (c): the webhook runs no pod of an "
+            "admission whose token was not recorded with A"),
+    Variant("nopodtoken", ("CHECKREMOVAL", "NOPODTOKEN", "MAXHOLD=1", "PROPS=5"), True,
+            "without the webhook's token rule: with the check removed a readmission is no "
+            "new execution to the fence; it reruns the same identity beside the last one's "
+            "pods", bfs=True),
     # --- the webhook's check and the pod's creation as two steps ------------------------
     Variant("podrace", ("PODRACE", "PROPS=16"), True,
             "a limit: a pod the webhook admitted is stored after a new execution's pod",

@@ -29,7 +29,7 @@ BUDGET = 120.0
 """Seconds the exhaustive check of one variant may take, spin and gcc included."""
 
 MUST_VERIFY = ("fenced", "leaseconfirm", "noleader", "finish", "jobsets", "jobsets-norestart",
-               "attempts", "remake", "checkremoval")
+               "attempts", "remake", "checkremoval", "checkremoval-a")
 
 
 def _variant(name: str) -> run.Variant:
@@ -203,6 +203,9 @@ def test_without_the_pod_fence_a_remade_jobset_runs_beside_the_old_one(
     ("nowlconfirm-remake", {"b"}, "re-makes the Workload"),
     # the check removed and no pod fence
     ("nocheckpodfence", {"e"}, "removes dispatch's check"),
+    # the check removed and no token rule at the webhook: a readmission reruns the same
+    # identity (what was the model's known limit checkremoval-a)
+    ("nopodtoken", {"a"}, "removes dispatch's check"),
     # the hold on the Workload only: the re-made Workload of a held job is approved
     ("noholdrecord", {"f"}, "re-makes the Workload"),
     # the hold copy from a cache: a released hold comes back
@@ -228,8 +231,6 @@ def _fails_at(res: run.Result, props: set[str], step: str,
 
 @needs_spin
 @pytest.mark.parametrize(("name", "props", "step"), [
-    # with the check removed, a readmission reruns the same identity
-    ("checkremoval-a", {"a"}, "removes dispatch's check"),
     # the webhook's reads are not the pod's write
     ("podrace", {"e"}, "the API server stores the pod admitted earlier"),
 ])
