@@ -77,7 +77,7 @@ for d in docs:
     if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "dispatch-admission-count-plain":
         d["data"] = {"writers": sys.argv[2] + "\n"}
     if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "dispatch-admission-count-kueue":
-        d["data"]["resumers"] = "kueue-controller\ntrainer-controller\n"  # pki.sh's users
+        d["data"]["resumers"] = "kueue-controller\ntrainer-controller\n"  # the users of pki.sh
 yaml.safe_dump_all(docs, sys.stdout)
 ' "$manifests/admission-count-policy.yaml" "$user" \
     | "$k" --kubeconfig "$kubeconfig" apply --server-side --force-conflicts \
