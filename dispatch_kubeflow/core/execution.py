@@ -146,6 +146,17 @@ def judge_pod(pod: Obj, trainjob: Obj, admissions: int, pods: Sequence[Obj], *,
     if admissions == 0:
         return PodVerdict(False, f"{job} was never admitted through dispatch's gate "
                                  "(admission count A = 0): no pod of it may run yet")
+    # The pod's submission and attempt are the ones its identity will say: they must be its
+    # TrainJob's (read live). A pod built from another attempt's runtime copy of the same
+    # name (a stale copy in Trainer's cache, after StopJob and a new attempt) would run
+    # at an earlier attempt's epoch; the fault campaign saw it (seed 1865, mix 2).
+    for key in (names.SUBMISSION_LABEL, names.ATTEMPT_LABEL):
+        want = labels_of(trainjob).get(key)
+        if want and labels.get(key) != want:
+            return PodVerdict(False, f"{job}: the pod's {key}={labels.get(key)!r} is not its "
+                                     f"TrainJob's {want!r} (made from another attempt's "
+                                     "runtime copy): no pod may run with an identity its "
+                                     "TrainJob does not have")
     # A held or suspended job makes no new pod: its Job may still be creating the ranks it
     # had not made yet when the hold (or Kueue's eviction) came, and they would start after
     # Inspect said held.

@@ -248,6 +248,11 @@ def approved(a: str, jobset: str | None) -> dict[str, Any]:
      {**approved("1", "js1"), "metadata": {**approved("1", "js1")["metadata"], "annotations": {
          **approved("1", "js1")["metadata"]["annotations"], names.HOLD_INSTANCE: "2"}}},
      [], False, "is held (hold instance 2)"),
+    # A pod of attempt 1's runtime copy under attempt 2's TrainJob (Trainer's stale cache).
+    (pod(**{names.JOBSET_UID_LABEL: "js1", names.ATTEMPT_LABEL: "1"}),
+     {**approved("1", "js1"), "metadata": {**approved("1", "js1")["metadata"], "labels": {
+         **approved("1", "js1")["metadata"]["labels"], names.ATTEMPT_LABEL: "2"}}},
+     [], False, "is not its TrainJob's '2'"),
     # ... and once Kueue suspended the TrainJob (an eviction, a hold).
     (pod(**{names.JOBSET_UID_LABEL: "js1"}), {**approved("1", "js1"), "spec": {"suspend": True}},
      [], False, "its TrainJob is suspended"),
