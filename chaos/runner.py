@@ -83,6 +83,8 @@ from dispatch_kubeflow import (
     StopReport,
 )
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import newest_workload
+from dispatch_kubeflow.core.kueue import trainjob_of
 from dispatch_kubeflow.kube import Kube, Resource
 from dispatch_kubeflow.kube import resources as r
 
@@ -346,13 +348,10 @@ def runtime_body(name: str, host_dir: Path) -> dict[str, Any]:
 
 
 def workload_of(items: Sequence[dict[str, Any]], trainjob: str) -> dict[str, Any] | None:
-    """The Workload, of ``items``, that Kueue made for the TrainJob ``trainjob`` (its owner
-    reference); one being deleted only when there is no other."""
-    mine = [wl for wl in items
-            if any(o.get("kind") == "TrainJob" and o.get("name") == trainjob
-                   for o in wl["metadata"].get("ownerReferences") or [])]
-    mine.sort(key=lambda wl: bool(wl["metadata"].get("deletionTimestamp")))
-    return mine[0] if mine else None
+    """The Workload, of ``items``, that Kueue made for the TrainJob ``trainjob`` (its
+    controller owner reference), chosen as the library chooses it: one being deleted only
+    when there is no other (core.admission_count.newest_workload)."""
+    return newest_workload(wl for wl in items if trainjob_of(wl) == trainjob)
 
 
 def _field_env(name: str, path: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from dispatch_kubeflow import (
     StartRequest,
     StopReport,
 )
+from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube, Resource
 
 
@@ -364,7 +365,8 @@ def test_quota_free_counts_the_jobs_that_reserve_quota() -> None:
 def test_the_workload_of_a_trainjob_is_found_by_its_owner() -> None:
     def wl(name: str, owner: str, deleting: bool = False) -> dict[str, object]:
         meta: dict[str, object] = {"name": name, "ownerReferences": [
-            {"kind": "TrainJob", "name": owner}]}
+            {"apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}", "kind": "TrainJob",
+             "name": owner, "controller": True}]}
         if deleting:
             meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
         return {"metadata": meta}
@@ -421,7 +423,9 @@ def test_the_new_operations_act_and_are_recorded(tmp_path: Path) -> None:
     job = JobID.new()
     ref = ObjectRef("ns", f"dj-{str(job).lower()}-s1")
     wl = {"metadata": {"name": "trainjob-x-1", "uid": "wl-uid",
-                       "ownerReferences": [{"kind": "TrainJob", "name": ref.name}]},
+                       "ownerReferences": [{
+                           "apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}",
+                           "kind": "TrainJob", "name": ref.name, "controller": True}]},
           "spec": {"active": True}}
     kube = _OpsKube([wl])
     run.kube = cast(Kube, kube)

@@ -212,6 +212,13 @@ async def kueue_job(k: FakeKube) -> ObjectRef:
     return ObjectRef(NS, TJ)
 
 
+async def kueue_setup() -> tuple[FakeKube, ObjectRef, KueueMode]:
+    """A fake with a Kueue-mode job, its ref, and the Kueue mode that acts on it."""
+    k = FakeKube()
+    ref = await kueue_job(k)
+    return k, ref, KueueMode(KUEUE, KUEUE.kueue)  # type: ignore[arg-type]
+
+
 def writes(k: FakeKube) -> list[str]:
     """The kinds modified, in order."""
     return [c.key[0] for c in k.changes if c.type == "MODIFIED"]
@@ -219,9 +226,7 @@ def writes(k: FakeKube) -> list[str]:
 
 @pytest.mark.asyncio
 async def test_hold_records_on_the_trainjob_first_and_release_clears_it_first() -> None:
-    k = FakeKube()
-    ref = await kueue_job(k)
-    mode = KueueMode(KUEUE, KUEUE.kueue)  # type: ignore[arg-type]
+    k, ref, mode = await kueue_setup()
     await mode.hold(k, ref, HoldMeta(3, WHO, reason="maintenance"))
     assert writes(k) == [TRAINJOB.plural, WORKLOAD.plural]
     tj, wl = k.all(TRAINJOB)[0], k.all(WORKLOAD)[0]
@@ -237,9 +242,7 @@ async def test_hold_records_on_the_trainjob_first_and_release_clears_it_first() 
 
 @pytest.mark.asyncio
 async def test_another_instance_is_refused_before_anything_is_written() -> None:
-    k = FakeKube()
-    ref = await kueue_job(k)
-    mode = KueueMode(KUEUE, KUEUE.kueue)  # type: ignore[arg-type]
+    k, ref, mode = await kueue_setup()
     await mode.hold(k, ref, HoldMeta(1, WHO))
     k.changes.clear()
     with pytest.raises(errors.HoldError, match="instance 1"):
@@ -251,9 +254,7 @@ async def test_another_instance_is_refused_before_anything_is_written() -> None:
 
 @pytest.mark.asyncio
 async def test_a_release_with_the_workload_gone_clears_the_trainjob() -> None:
-    k = FakeKube()
-    ref = await kueue_job(k)
-    mode = KueueMode(KUEUE, KUEUE.kueue)  # type: ignore[arg-type]
+    k, ref, mode = await kueue_setup()
     await mode.hold(k, ref, HoldMeta(1, WHO))
     await k.delete(WORKLOAD, WL, NS)
     assert await mode.release(k, ref, 1)
@@ -283,9 +284,7 @@ async def test_an_expired_hold_is_cleared_on_the_trainjob_first() -> None:
 async def test_a_release_writes_a_workload_remade_under_the_hold() -> None:
     """No record on the Workload (re-made, the controller has not put the hold back yet):
     the release still writes it, so a copy judged from the older version meets its fence."""
-    k = FakeKube()
-    ref = await kueue_job(k)
-    mode = KueueMode(KUEUE, KUEUE.kueue)  # type: ignore[arg-type]
+    k, ref, mode = await kueue_setup()
     await mode.hold(k, ref, HoldMeta(1, WHO))
     k.write_now(WORKLOAD, WL, NS, {"metadata": {"annotations": dict.fromkeys(
         names.HOLD_ANNOTATIONS)}, "spec": {"active": True}})  # as if re-made
