@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from admission.faults import faults, kill_if, stop_once
 from admission.intake import (
     LISTED,
     Caches,
@@ -73,28 +72,11 @@ from dispatch_kubeflow.kube.resources import JOBSET, POD, TRAINJOB, WORKLOAD
 log = logging.getLogger(__name__)
 
 PENDING, READY = "Pending", "Ready"
-FAULT_ENV = "DISPATCH_ADMISSION_FAULT"
-"""Test-only fault injection, comma-separated:
-
-* ``kill-after-raise`` SIGKILLs the process right after A rose;
-* ``stop-before-ready`` SIGSTOPs the whole process once, after the last leadership check
-  and before the Ready write: a leader frozen (GC pause, CPU starvation, SIGSTOP) between
-  knowing it leads and writing, which the test resumes with SIGCONT;
-* ``no-fence`` writes the check without the Workload's resourceVersion, to show in a test
-  what the fence prevents. Never for production.
-"""
 _UNSEEN = object()
 
 
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
-
-
-def faults() -> frozenset[str]:
-    return frozenset(f.strip() for f in os.environ.get(FAULT_ENV, "").split(",") if f.strip())
-
-
-_stopped_once = False
 
 
 def waiting_message(n: int) -> str:
@@ -508,6 +490,8 @@ class Readmission:
             return
         except errors.KubeNotFound:
             return  # the Workload went; Kueue makes another, judged when it comes
+        kill_if("kill-after-hold-copy", "after putting the hold back",
+                 {"workload": f"{ns}/{name}"})
         self.metrics.decisions.labels("held").inc()
         instance = held.get(names.HOLD_INSTANCE, "")
         note = (f"TrainJob {tj_name} records hold instance {instance} and its Workload "
@@ -542,16 +526,6 @@ class Readmission:
                  *key, what, extra={"workload": f"{key[0]}/{key[1]}"})
         self._live.add(key)
         self.queue.add(key)
-
-    @staticmethod
-    def _fault_stop_before_ready(ctx: Mapping[str, Any]) -> None:
-        global _stopped_once
-        if "stop-before-ready" in faults() and not _stopped_once:
-            _stopped_once = True
-            log.warning("fault injection: SIGSTOP before the Ready write", extra=dict(ctx))
-            for h in logging.getLogger().handlers:
-                h.flush()
-            os.kill(os.getpid(), signal.SIGSTOP)
 
     async def _write_wait(self, wl: Obj, d: Decision) -> None:
         ns, name = key_of(wl)
@@ -686,13 +660,11 @@ class Readmission:
                 raised = True
                 self.metrics.decisions.labels("raised").inc()
                 log.info("workload %s/%s: raised A to %d", ns, name, plan.count, extra=ctx)
-                if "kill-after-raise" in faults():
-                    log.warning("fault injection: SIGKILL after raising A", extra=ctx)
-                    os.kill(os.getpid(), signal.SIGKILL)
+                kill_if("kill-after-raise", "after raising A", ctx)
             if not self.elector.is_leader():
                 log.info("workload %s/%s: not the leader any more; not approving", ns, name)
                 return
-            self._fault_stop_before_ready(ctx)
+            stop_once("stop-before-ready", "before the Ready write", ctx)
             started = time.monotonic()
             try:
                 # Fenced: check_apply carries the resourceVersion of the Workload judged.
@@ -783,6 +755,7 @@ class Readmission:
         raised_tj = await self._raise(key, tj_name, plan.patch, "A for the re-made JobSet")
         if raised_tj is None:
             return
+        kill_if("kill-after-rebind", "after the rebind raised A", ctx)
         tj = raised_tj
         self.metrics.decisions.labels("rebound").inc()
         log.info("workload %s/%s: %s; raised A to %d", ns, name, plan.reason, plan.count,

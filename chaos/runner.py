@@ -133,6 +133,8 @@ NODE_MONITOR_GRACE = 20.0  # the local cluster's node-monitor-grace-period
 LEASE_DURATION = 15.0      # the Deployment's (the controller's default)
 SETTLE_SECONDS = 150.0
 HEALTH_WAIT = 120.0
+STOP_FILE = "STOP"
+"""A file of this name in --out stops the campaign before its next run."""
 
 
 def now_us() -> int:
@@ -1154,6 +1156,11 @@ async def campaign(a: argparse.Namespace) -> int:
     code = 0
     try:
         for seed, i in runs:
+            if (out / STOP_FILE).exists():
+                # A campaign longer than a sitting: stop between runs, every fault healed.
+                print(f"chaos: {out / STOP_FILE} exists; stopping before run {i} "
+                      f"(seed {seed + i})", file=sys.stderr, flush=True)
+                break
             problem = await wait_healthy(kube, HEALTH_WAIT)
             if problem:
                 print(f"chaos: cluster unhealthy before run {i} (seed {seed + i}): {problem}; "

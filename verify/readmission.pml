@@ -33,7 +33,9 @@
  *       (an execution admitted before the hold may still start, until Kueue evicts);
  *   (g) a release is never lost: once the user's release is over (both its writes), no
  *       Workload carries that hold's record: the controller's hold copy never lands for a
- *       released hold, and never lands unseen by the release.
+ *       released hold, and never lands unseen by the release;
+ *   (h) a held job runs nothing: once the hold's writes are done and the TrainJob is
+ *       suspended (what Inspect reports as held), no pod starts until the release.
  *
  * Holds (dispatch_kubeflow.hold). A hold is recorded on the TrainJob first (annotations,
  * merge patch, TrainJob rv fence), then on the Workload with spec.active=false (Workload rv
@@ -61,8 +63,13 @@
  *   CHECKREMOVAL  an admin removes dispatch's check from the ClusterQueue: Kueue admits
  *                 without the gate.
  *   PODRACE       the webhook's judgement and the pod's creation may be two steps.
- *   JOBSETS, ATTEMPTS > 1, REMAKE, CHECKREMOVAL and PODRACE bring the pod fence (the
- *   webhook's checks) with them: those paths make pods that never pass the gate.
+ *   STALERUNTIME  (with ATTEMPTS > 1) Trainer may build the next attempt's JobSet from the
+ *                 runtime copy of the attempt before, still in its cache (same name, the
+ *                 copy StopJob deleted): its pods carry the old attempt's labels.
+ *   JOBLAG        Kueue's suspend of the TrainJob reaches its Jobs later (Trainer suspends
+ *                 the JobSet, JobSet its Jobs): until then they still make pods.
+ *   JOBSETS, ATTEMPTS > 1, REMAKE, CHECKREMOVAL, PODRACE and JOBLAG bring the pod fence
+ *   (the webhook's checks) with them: those paths make pods that never pass the gate.
  * Rules of the protocol, and what removing one does (verify/run.py asserts each):
  *   NOFENCE       the Ready apply carries no metadata.resourceVersion: it always applies.
  *                 Must fail: a stale decision approves, (a) or (b) or (c) breaks.
@@ -109,13 +116,20 @@
  *                 (an annotation naming the released hold, say).
  *   RELEASEWLFIRST the release reactivates the Workload first, then removes the TrainJob's
  *                 record. Must fail (g): the copy holds the job again in between.
+ *   NOATTEMPTLABEL the webhook does not compare the pod's attempt label with the TrainJob's
+ *                 and takes the epoch's attempt from the pod. With STALERUNTIME must
+ *                 fail (c): attempt 2 runs at attempt 1's base, below its last epoch.
+ *   NOSUSPENDFENCE the webhook admits pods of a held or suspended TrainJob. With JOBLAG it
+ *                 still verifies (h) in Kueue mode, where the token rule refuses the same
+ *                 pods (the eviction or the re-made Workload changed the admission); with
+ *                 NOPODTOKEN too it must fail (h): a lagging Job starts a rank of the held job.
  * Bounds and switches:
  *   RVCOUNTER     resourceVersions as literal counters (the default stores only the result
  *                 of the one comparison ever made with them; same behaviours, more states).
  *   MAXHOLD=n     how many times the user holds (and may release) the job; default 2.
  *   NPOD=n        pods per execution; default 2.
  *   PROPS=n       which properties to check, a bit mask: 1 (a), 2 (b), 4 (c), 8 (d),
- *                 16 (e), 32 (f), 64 (g); default 127.
+ *                 16 (e), 32 (f), 64 (g), 128 (h); default 255.
  * Crashes and stalls are unbounded. The printf lines tell a trail's story (spin -t).
  */
 
@@ -123,7 +137,7 @@
 #define MAXHOLD 2
 #endif
 #ifndef PROPS
-#define PROPS 127
+#define PROPS 255
 #endif
 #ifndef ATTEMPTS
 #define ATTEMPTS 1
@@ -146,7 +160,7 @@
 #else
 #define MAXREMAKE 0
 #endif
-#if (defined(JOBSETS) || ATTEMPTS > 1 || defined(REMAKE) || defined(CHECKREMOVAL) || defined(PODRACE)) && !defined(NOPODFENCE)
+#if (defined(JOBSETS) || ATTEMPTS > 1 || defined(REMAKE) || defined(CHECKREMOVAL) || defined(PODRACE) || defined(JOBLAG)) && !defined(NOPODFENCE)
 #define PODFENCE
 #endif
 #ifndef NPOD
@@ -195,6 +209,8 @@ bool tj_hold = false;     /* annotations hold-*: the record of the user's hold, 
 
 /* --- the JobSet ---------------------------------------------------------------------- */
 byte js = 0;              /* metadata.uid of the TrainJob's JobSet */
+byte js_att = 1;          /* the attempt label of its pods: from the runtime copy Trainer
+                             built it from (STALERUNTIME: may be the attempt before's) */
 byte J = 0;               /* status.restarts: pods of restart J carry restart-attempt = J */
 byte ndel = 0, nrst = 0, nremake = 0;
 
@@ -332,7 +348,7 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
  * (when one is recorded) and (2) no alive pod of the job belongs to another identity
  * (3) and A + J < SPAN (4) and the Workload's current admission is the one approved.
  * Otherwise it refuses; the Job controller tries again later. */
-#define SAME_ALIVE (al_js == js && al_A == A && al_J == J && al_att == att)
+#define SAME_ALIVE (al_js == js && al_A == A && al_J == J && al_att == js_att)
 #ifdef PODFENCE
 #ifdef NOJOBSETRECORD
 #define FENCE1     (A > 0)
@@ -347,7 +363,22 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
 #else
 #define FENCE4     (tok == ev + 1 && tokw == wuid)
 #endif
-#define POD_OK     (FENCE1 && FENCE4 && (NALIVE == 0 || SAME_ALIVE) && A + J < SPAN)
+/* (5) the TrainJob is neither held nor suspended (a Job that has not yet seen the suspend
+ * makes no pod of a held job) */
+#ifdef NOSUSPENDFENCE
+#define FENCE5     true
+#else
+#define FENCE5     (!suspended && !TJHOLD)
+#endif
+/* (6) the pod's attempt label is the TrainJob's (a JobSet built from a stale runtime copy
+ * makes pods labelled with the attempt before); NOATTEMPTLABEL: the epoch is taken from
+ * the pod's label unchecked */
+#ifdef NOATTEMPTLABEL
+#define FENCE6     true
+#else
+#define FENCE6     (js_att == att)
+#endif
+#define POD_OK     (FENCE1 && FENCE4 && FENCE5 && FENCE6 && (NALIVE == 0 || SAME_ALIVE) && A + J < SPAN)
 #else
 #define POD_OK     true
 #endif
@@ -369,6 +400,36 @@ byte if_js, if_A, if_J, if_att;
                    :: NALIVE == 0 -> al_cur = false; al_js = 0; al_A = 0; al_J = 0; al_att = 1 \
                    :: else -> skip \
                    fi
+
+/* Kueue suspends the TrainJob: its Jobs stop (their pods terminate) and no pod can be made
+ * until the next NEW_EXEC. JOBLAG: that reaches the Jobs later, at Trainer's step; until
+ * then the Jobs go on making the current execution's pods. */
+#ifdef JOBLAG
+bool jlag = false;        /* the TrainJob is suspended, its Jobs not yet */
+#define SUSPEND_JOBS  jlag = true
+#define JLAG_OFF      jlag = false
+#define JOBS_RUN      (!suspended || jlag)
+#else
+#define SUSPEND_JOBS  STOP_PODS; HALT
+#define JLAG_OFF      skip
+#define JOBS_RUN      (!suspended)
+#endif
+
+/* StopJob and the next attempt (ATTEMPTS > 1), its pods labelled with attempt `label` */
+#ifdef NOHOLDRECORD
+#define CLEAR_TJHOLD skip
+#else
+#define CLEAR_TJHOLD tj_hold = false
+#endif
+#define NEXT_ATTEMPT(label) \
+                att++; STOP_PODS; DROP_FIN; JLAG_OFF; \
+                suspended = true; A = 0; tok = 0; tokw = 0; appr = NOJS; own_token = false; \
+                TJ_WRITE; \
+                wuid++; wl_hold = 0; quota = false; evicted = false; admitted = false; \
+                CLEAR_TJHOLD; \
+                uphase = U_FREE;            /* the hold ends with the attempt */ \
+                ready = false; msg = 0; ev = 0; WL_WRITE; \
+                js++; js_att = (label); J = 0; NEW_EXEC
 
 /* --- one replica: its leader elector and its decision (Readmission._act) ------------- */
 #define IDLE      0       /* waiting for an event */
@@ -738,8 +799,13 @@ proctype Cluster() {
                 printf("MSC: Kueue evicts the Workload: check reset to Pending, %d evictions\n", ev) }
   /* Kueue's job reconciler stops a running job whose Workload is not admitted (Trainer
    * suspends the JobSet, and its Jobs: their pods terminate, slowly)... */
-  :: d_step { !suspended && !admitted -> suspended = true; TJ_WRITE; STOP_PODS; HALT; own_token = false;
+  :: d_step { !suspended && !admitted -> suspended = true; TJ_WRITE; SUSPEND_JOBS; own_token = false;
                 printf("MSC: Kueue suspends the TrainJob: its pods terminate, slowly\n") }
+#ifdef JOBLAG
+  /* ...which reaches the Jobs later: Trainer suspends the JobSet, JobSet its Jobs */
+  :: d_step { jlag -> jlag = false; STOP_PODS; HALT;
+                printf("MSC: Trainer suspends the JobSet: its Jobs stop, their pods terminate\n") }
+#endif
   /* ...and, once the job is stopped, releases the quota (pods may still be terminating:
    * a Job counts them as terminating, not active). Checks are not reset again, and
    * Evicted stays True until the next reservation. */
@@ -762,27 +828,30 @@ proctype Cluster() {
   /* Kueue's job reconciler starts the job of an admitted Workload: a new execution */
   :: d_step { admitted && suspended ->
                 own_token = (!gated || (tok == ev + 1 && tokw == wuid));
-                suspended = false; TJ_WRITE; NEW_EXEC; ncreated = RESUMED;
+                suspended = false; TJ_WRITE; JLAG_OFF; NEW_EXEC; ncreated = RESUMED;
                 printf("MSC: Kueue unsuspends the TrainJob: a new execution\n") }
 
   /* The Job controller creates a pod of the running job (for a rank that has none and has
    * not finished); the webhook judges it (PODFENCE), reading the TrainJob and the pods
    * live, and gives it A from the TrainJob, J from its JobSet restart. */
-  :: d_step { !suspended && ncreated < NPOD && JS_READY && POD_OK ->
+  :: d_step { JOBS_RUN && ncreated < NPOD && JS_READY && POD_OK ->
                 printf("MSC: a pod starts: JobSet %d, A = %d, J = %d, attempt %d, epoch %d (%d pods exist)\n",
-                       js, A, J, att, EPOCH(att, A, J), NALIVE);
+                       js, A, J, js_att, EPOCH(js_att, A, J), NALIVE);
 #if (PROPS & 1)
                 assert(NALIVE == 0 || al_cur);                         /* (a) */
+#endif
+#if (PROPS & 128)
+                assert(!(uphase == U_HELD && suspended));              /* (h) */
 #endif
                 if
                 :: rfirst ->
 #if (PROPS & 4)
-                     assert(EPOCH(att, A, J) > lastE);                 /* (c) epoch rises */
+                     assert(EPOCH(js_att, A, J) > lastE);              /* (c) epoch rises */
 #endif
 #if (PROPS & 2)
                      assert(own_token);                                /* (b) raised for it */
 #endif
-                     lastE = EPOCH(att, A, J); r_js = js; r_A = A; r_J = J; rfirst = false
+                     lastE = EPOCH(js_att, A, J); r_js = js; r_A = A; r_J = J; rfirst = false
                 :: else ->
 #if (PROPS & 4)
                      assert(r_js == js && r_A == A && r_J == J)        /* (c) one each */
@@ -794,22 +863,25 @@ proctype Cluster() {
                 assert(NALIVE == 0 || SAME_ALIVE);                     /* (e) */
 #endif
                 nrun++; ncreated++; al_cur = true;
-                al_js = js; al_A = A; al_J = J; al_att = att }
+                al_js = js; al_A = A; al_J = J; al_att = js_att }
 #ifdef PODRACE
   /* ...or the webhook admits it, and the API server stores it later: the webhook's reads
    * are not the write (one such pod at a time) */
-  :: d_step { !suspended && ncreated < NPOD && JS_READY && POD_OK && !inflight ->
+  :: d_step { JOBS_RUN && ncreated < NPOD && JS_READY && POD_OK && !inflight ->
                 printf("MSC: the webhook admits a pod: JobSet %d, A = %d, J = %d, attempt %d, epoch %d (%d pods exist); not stored yet\n",
-                       js, A, J, att, EPOCH(att, A, J), NALIVE);
+                       js, A, J, js_att, EPOCH(js_att, A, J), NALIVE);
+#if (PROPS & 128)
+                assert(!(uphase == U_HELD && suspended));              /* (h) */
+#endif
                 if
                 :: rfirst ->
 #if (PROPS & 4)
-                     assert(EPOCH(att, A, J) > lastE);                 /* (c) epoch rises */
+                     assert(EPOCH(js_att, A, J) > lastE);              /* (c) epoch rises */
 #endif
 #if (PROPS & 2)
                      assert(own_token);                                /* (b) raised for it */
 #endif
-                     lastE = EPOCH(att, A, J); r_js = js; r_A = A; r_J = J; rfirst = false
+                     lastE = EPOCH(js_att, A, J); r_js = js; r_A = A; r_J = J; rfirst = false
                 :: else ->
 #if (PROPS & 4)
                      assert(r_js == js && r_A == A && r_J == J)        /* (c) one each */
@@ -817,7 +889,7 @@ proctype Cluster() {
                      skip
 #endif
                 fi;
-                inflight = true; if_js = js; if_A = A; if_J = J; if_att = att; ncreated++ }
+                inflight = true; if_js = js; if_A = A; if_J = J; if_att = js_att; ncreated++ }
   :: d_step { inflight ->
                 printf("MSC: the API server stores the pod admitted earlier: JobSet %d, A = %d, J = %d (%d pods exist)\n",
                        if_js, if_A, if_J, NALIVE);
@@ -845,8 +917,8 @@ proctype Cluster() {
   /* Anyone deletes the JobSet (kubectl delete jobset): its Jobs go, their pods terminate;
    * Trainer makes it again at once, with a new UID and J = 0, running if the TrainJob is
    * (Kueue keeps the Workload admitted). A cache may show no JobSet in between. */
-  :: d_step { ndel < MAXRECREATE -> ndel++; STOP_PODS; DROP_FIN; HALT;
-                js++; J = 0; NEW_EXEC;
+  :: d_step { ndel < MAXRECREATE -> ndel++; STOP_PODS; DROP_FIN; HALT; JLAG_OFF;
+                js++; js_att = att; J = 0; NEW_EXEC;
                 printf("MSC: someone deletes JobSet %d: its pods terminate; Trainer makes JobSet %d: a new execution\n", js - 1, js) }
   /* JobSet restarts the running JobSet (a pod failed): J + 1, new Jobs */
   :: d_step { !suspended && nrst < MAXRESTART -> J++; nrst++; STOP_PODS; DROP_FIN;
@@ -859,7 +931,7 @@ proctype Cluster() {
    * job first; the model does it all in one step) */
   :: d_step { nremake < MAXREMAKE ->
                 if
-                :: !suspended -> suspended = true; TJ_WRITE; STOP_PODS; HALT; own_token = false
+                :: !suspended -> suspended = true; TJ_WRITE; SUSPEND_JOBS; own_token = false
                 :: else -> skip
                 fi;
                 nremake++; wuid++; wl_hold = 0; quota = false; evicted = false; admitted = false;
@@ -874,19 +946,15 @@ proctype Cluster() {
 #endif
 #if ATTEMPTS > 1
   /* StopJob deletes the TrainJob with its Workload and JobSet (the pods terminate), and
-   * the service starts the next attempt: a TrainJob of the same name, A = 0 */
-  :: d_step { att < ATTEMPTS ->
-                att++; STOP_PODS; DROP_FIN;
-                suspended = true; A = 0; tok = 0; tokw = 0; appr = NOJS; own_token = false;
-                TJ_WRITE;
-                wuid++; wl_hold = 0; quota = false; evicted = false; admitted = false;
-#ifndef NOHOLDRECORD
-                tj_hold = false;
-#endif
-                uphase = U_FREE;            /* the hold ends with the attempt */
-                ready = false; msg = 0; ev = 0; WL_WRITE;
-                js++; J = 0; NEW_EXEC;
+   * the service starts the next attempt: a TrainJob of the same name, A = 0; Trainer
+   * builds its JobSet from the new runtime copy (STALERUNTIME: or from the attempt
+   * before's, still in its cache) */
+  :: d_step { att < ATTEMPTS -> NEXT_ATTEMPT(att);
                 printf("MSC: StopJob, and attempt %d starts: TrainJob, Workload %d, JobSet %d\n", att, wuid, js) }
+#ifdef STALERUNTIME
+  :: d_step { att < ATTEMPTS -> NEXT_ATTEMPT(att - 1);
+                printf("MSC: StopJob, and attempt %d starts: TrainJob, Workload %d, JobSet %d built from attempt %d's runtime copy\n", att, wuid, js, js_att) }
+#endif
 #endif
 
   /* Time. A replica's renew deadline passes (it stops leading by its own clock), and,

@@ -42,6 +42,8 @@ PROPERTIES = {
          "(check Ready) or admitted",
     "g": "a release is never lost: a released hold's record never comes back onto the "
          "Workload",
+    "h": "a held job runs nothing: once the hold is done and the TrainJob suspended, no "
+         "pod starts until the release",
 }
 MEMLIM_MB = 4096
 """pan's memory bound: a variant that needs more stops, reported as not complete."""
@@ -146,6 +148,26 @@ VARIANTS = (
             "without the webhook's token rule: with the check removed a readmission is no "
             "new execution to the fence; it reruns the same identity beside the last one's "
             "pods", bfs=True),
+    # --- a JobSet built from the attempt before's runtime copy ---------------------------
+    Variant("staleruntime", ("ATTEMPTS=2", "STALERUNTIME", "MAXHOLD=1"), False,
+            "a second attempt whose JobSet Trainer may build from the first attempt's "
+            "runtime copy: the webhook refuses pods whose attempt label is not the "
+            "TrainJob's"),
+    Variant("noattemptlabel", ("ATTEMPTS=2", "STALERUNTIME", "NOATTEMPTLABEL", "MAXHOLD=1"),
+            True, "without the attempt-label rule: attempt 2 runs at attempt 1's base",
+            bfs=True),
+    # --- a suspend that reaches the Jobs late -------------------------------------------
+    Variant("joblag", ("JOBLAG", "REMAKE", "MAXHOLD=1"), False,
+            "Kueue's suspend reaches the Jobs late, a re-made Workload too: a held job "
+            "runs nothing"),
+    Variant("nosuspendfence", ("JOBLAG", "REMAKE", "NOSUSPENDFENCE", "MAXHOLD=1"), True,
+            "without the webhook's held/suspended rule: a Job that has not seen the "
+            "suspend of a re-made Workload's job makes a pod at the A raised for the next "
+            "admission, before it is admitted", bfs=True),
+    Variant("nosuspendfence-nopodtoken", ("JOBLAG", "NOSUSPENDFENCE", "NOPODTOKEN",
+                                          "MAXHOLD=1"), True,
+            "without both: a Job that has not seen the suspend starts a rank of the held "
+            "job", bfs=True),
     # --- the webhook's check and the pod's creation as two steps ------------------------
     Variant("podrace", ("PODRACE", "PROPS=16"), True,
             "a limit: a pod the webhook admitted is stored after a new execution's pod",
@@ -213,7 +235,7 @@ def _property_of_line(model: str, lineno: int) -> str:
     """The property a failed assertion belongs to: the '(a)' tag on its model line."""
     lines = model.splitlines()
     if 0 < lineno <= len(lines):
-        m = re.search(r"/\* \(([a-g])\)", lines[lineno - 1])
+        m = re.search(r"/\* \(([a-h])\)", lines[lineno - 1])
         if m:
             return m.group(1)
     return ""

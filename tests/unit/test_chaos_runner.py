@@ -455,3 +455,24 @@ def test_the_new_operations_act_and_are_recorded(tmp_path: Path) -> None:
     asyncio.run(run._op(cast(Backend, be), "stop_job", st, 0.0))
     asyncio.run(run._op(cast(Backend, be), "start-same", st, 0.0))
     assert be.calls[-1] == ("start", (2, 1))
+
+
+def test_a_stop_file_ends_the_campaign_before_its_next_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A campaign longer than a sitting stops between runs: with OUT/STOP there, no run
+    starts (not even the cluster's health check, so nothing is asked of the server, which
+    here does not exist)."""
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / runner.STOP_FILE).touch()
+    assert runner.main(["--kubeconfig", str(kc), "--runs", "3", "--seed", "40",
+                        "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{out / runner.STOP_FILE} exists; stopping before run 0 (seed 40)" in err
+    assert not (out / "runs.jsonl").exists()

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from admission.faults import FAULT_ENV
 from admission.intake import Caches, Feed
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
 from admission.readmission import (
-    FAULT_ENV,
     PENDING,
     READY,
     Readmission,

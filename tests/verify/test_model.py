@@ -29,7 +29,8 @@ BUDGET = 120.0
 """Seconds the exhaustive check of one variant may take, spin and gcc included."""
 
 MUST_VERIFY = ("fenced", "leaseconfirm", "noleader", "finish", "jobsets", "jobsets-norestart",
-               "attempts", "remake", "checkremoval", "checkremoval-a")
+               "attempts", "remake", "checkremoval", "checkremoval-a", "staleruntime",
+               "joblag")
 
 
 def _variant(name: str) -> run.Variant:
@@ -135,7 +136,7 @@ def test_the_variants_come_from_one_model() -> None:
     for macro in ("NOFENCE", "NOEVICTGUARD", "TOKENEQ", "CACHEDPODS", "FINISHEDBLOCK",
                   "NOPODFENCE", "NOJOBSETRECORD", "NOATTEMPTBASE", "NOWLCONFIRM",
                   "CACHEDJOBSET", "RECORDNONE", "PODRACE", "NOHOLDRECORD", "CACHEDHOLDCOPY",
-                  "NORELEASEWRITE", "RELEASEWLFIRST"):
+                  "NORELEASEWRITE", "RELEASEWLFIRST", "NOATTEMPTLABEL", "NOSUSPENDFENCE"):
         assert any(macro in v.defines for v in run.VARIANTS), macro
     assert _variant("fenced").defines == ()
     assert {v.name for v in run.VARIANTS if not v.must_fail} == set(MUST_VERIFY)
@@ -214,6 +215,14 @@ def test_without_the_pod_fence_a_remade_jobset_runs_beside_the_old_one(
     ("noreleasewrite", {"g"}, "re-makes the Workload"),
     # the release reactivating the Workload first: the copy holds the job again
     ("releasewlfirst", {"g"}, "reactivates the Workload first"),
+    # the epoch's attempt from the pod's label: a JobSet built from attempt 1's runtime
+    # copy runs attempt 2 at attempt 1's base
+    ("noattemptlabel", {"c"}, "built from attempt 1's runtime copy"),
+    # pods of a suspended TrainJob admitted: a Job that has not seen the suspend runs a
+    # pod under the A raised for the re-made Workload's admission, before it is admitted
+    ("nosuspendfence", {"b", "c"}, "re-makes the Workload"),
+    # ... and with no token rule either, a rank of the held job starts
+    ("nosuspendfence-nopodtoken", {"h"}, "Kueue suspends the TrainJob"),
 ])
 def test_each_rule_of_the_new_paths_is_needed(name: str, props: set[str], step: str,
                                               results: dict[str, run.Result],
@@ -270,6 +279,15 @@ PROBES = {
     "heldrefusal": ("remake", "FORGET;             /* held: never approved */",
                     "assert(wuid == 0); ", True),
     "holdcopy": ("remake", "wl_hold = hc_r; WL_WRITE;", "assert(wuid == 0); ", True),
+    # attempt 2's JobSet built from attempt 1's runtime copy would make a pod: refused
+    "stalerefusal": ("staleruntime", "#ifdef FINISH\n  /* the kubelet: a terminating",
+                     "  :: d_step { !suspended && ncreated < NPOD && JS_READY && A > 0 "
+                     "&& js_att != att -> assert(false) }\n", True),
+    # a Job that has not seen the suspend would make a pod, of a job the gate admitted:
+    # refused
+    "lagrefusal": ("joblag", "#ifdef FINISH\n  /* the kubelet: a terminating",
+                   "  :: d_step { jlag && ncreated < NPOD && JS_READY && A > 0 "
+                   "-> assert(false) }\n", True),
 }
 
 
