@@ -12,18 +12,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from dispatch_kubeflow import Backend, JobID, ObjectRef, ObjectState, StartRequest
+from admission.faults import FAULT_ENV
+from dispatch_kubeflow import (
+    Actor,
+    ActorKind,
+    Backend,
+    CallMeta,
+    HoldMeta,
+    JobID,
+    ObjectRef,
+    ObjectState,
+    StartRequest,
+)
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.execution import is_alive
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
+from tests.cluster.admission_fixture import AdmissionHandle, Replica
 from tests.cluster.helpers import eventually, pods_of
 from tests.cluster.test_adapter_kueue import (  # noqa: F401  (fixtures)
     backend,
@@ -308,3 +321,111 @@ async def test_a_queue_that_drops_the_check_runs_no_pod_beside_the_old_one(
 async def _terminating(kube: Kube, ref: ObjectRef) -> bool:
     pods = await pods_of(kube, ref.namespace, ref.name)
     return bool(pods) and all(p["metadata"].get("deletionTimestamp") for p in pods)
+
+
+# --- a controller crash right after each new write ---------------------------------------
+# The model crashes a replica at every step (verify/readmission.pml); these kill the one
+# replica right after the write, before its Event or anything else, and let the next
+# leader carry on from what the cluster holds.
+
+
+async def _killed(crasher: Replica, what: str) -> None:
+    await eventually(lambda: asyncio.sleep(0, not crasher.alive()), 150,
+                     f"the controller killing itself {what}")
+    assert crasher.proc.returncode == -signal.SIGKILL, crasher.log_text()[-3000:]
+
+
+def _count(tj: dict[str, Any]) -> int:
+    return int((tj["metadata"].get("annotations") or {}).get(names.ADMISSION_COUNT) or 0)
+
+
+async def test_a_crash_right_after_a_rebind_raises_a_once(
+        backend: Backend, kube: Kube, queued: str,  # noqa: F811
+        admission: AdmissionHandle) -> None:
+    """The rebind's raise (A and the new JobSet, one write fenced by the TrainJob's
+    resourceVersion) lands and the controller dies: the next leader finds the JobSet
+    approved, raises nothing more, and the re-made JobSet runs at that A."""
+    job, ref = await running(backend, SCRIPT_READY)
+    await eventually(lambda: running_pods(kube, ref, 2), 120, "2 pods running")
+    crasher = admission.start(env={FAULT_ENV: "kill-after-rebind"})
+    await admission.wait_leader(kube, among=[crasher], limit=60)
+    await kube.delete(r.JOBSET, ref.name, queued)
+    await _killed(crasher, "after the rebind")
+    tj = await kube.get(r.TRAINJOB, ref.name, queued)
+    jobset = await kube.get(r.JOBSET, ref.name, queued)
+    assert _count(tj) == 5  # 1 + 1 + maxRestarts (3): past every J the old JobSet had
+    assert tj["metadata"]["annotations"][names.APPROVED_JOBSET] == jobset["metadata"]["uid"]
+    admission.start()
+
+    async def new_running() -> list[dict[str, Any]] | None:
+        pods = await running_pods(kube, ref, 2)
+        return pods if pods and {attempt_of(p) for p in pods} == {f"{job}.1.1.5.0"} else None
+
+    await eventually(new_running, 180, "the re-made JobSet's pods running at A = 5")
+    await asyncio.sleep(5)  # a second raise would come now, if any
+    assert _count(await kube.get(r.TRAINJOB, ref.name, queued)) == 5
+    assert not (await backend.stop_job(job, "done")).alive
+
+
+async def test_a_crash_right_after_a_hold_copy_keeps_the_job_held(
+        backend: Backend, kube: Kube, queued: str,  # noqa: F811
+        admission: AdmissionHandle) -> None:
+    """The hold put back on a held job's re-made Workload (one merge patch fenced by the
+    Workload's resourceVersion) lands and the controller dies: the Workload stays held under
+    the next leader, nothing runs, and Release runs the job with A raised once."""
+    job, ref = await running(backend, SCRIPT_READY)
+    await backend.hold(ref, hold_meta(1))
+    await backend.wait(ref, ObjectState.HELD, deadline=deadline())
+    crasher = admission.start(env={FAULT_ENV: "kill-after-hold-copy"})
+    await admission.wait_leader(kube, among=[crasher], limit=60)
+    old = await workload(kube, queued, ref.name)
+    assert old is not None
+    await kube.delete(r.WORKLOAD, old["metadata"]["name"], queued)
+    await _killed(crasher, "after putting the hold back")
+    new = await workload(kube, queued, ref.name)
+    assert new is not None
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert new["spec"]["active"] is False
+    assert new["metadata"]["annotations"][names.HOLD_INSTANCE] == "1"
+    async with watching(kube, ref) as log:
+        admission.start()
+        await asyncio.sleep(20)  # nothing may run meanwhile
+        inspected = await backend.inspect(ref)
+    before = {p["metadata"]["uid"] for p in log.synced}
+    assert [p["metadata"]["name"] for _, p in log.events
+            if p["metadata"]["uid"] not in before] == []
+    assert (inspected.state, inspected.hold_instance) == (ObjectState.HELD, 1)
+    assert _count(await kube.get(r.TRAINJOB, ref.name, queued)) == 1
+    await backend.release(ref, hold_meta(1))
+    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(120))
+    assert obs.admissions == 2
+    await rank_zero_log(backend, job, f"{job}.1.1.2.0")
+    assert not (await backend.stop_job(job, "done")).alive
+
+
+async def test_a_crash_between_the_writes_of_a_hold_expiry_still_releases(
+        backend: Backend, kube: Kube, queued: str,  # noqa: F811
+        admission: AdmissionHandle) -> None:
+    """A hold expires: the controller clears the TrainJob's record (a merge patch; a 409
+    is judged again) and dies before it releases the Workload. The Workload's record still
+    says the hold is over, so the next leader releases it, and the job runs again."""
+    crasher = admission.start(env={FAULT_ENV: "kill-after-expiry-clear"})
+    await admission.wait_leader(kube, among=[crasher], limit=60)
+    job, ref = await running(backend, SCRIPT_READY)
+    now = datetime.now(UTC)
+    meta = HoldMeta(1, Actor(ActorKind.HUMAN, "test"), CallMeta(now + timedelta(seconds=60)),
+                    until=now + timedelta(seconds=20), reason="a test's short hold")
+    await backend.hold(ref, meta)
+    await backend.wait(ref, ObjectState.HELD, deadline=deadline())
+    await _killed(crasher, "after clearing the expired hold's TrainJob record")
+    tj = await kube.get(r.TRAINJOB, ref.name, queued)
+    assert names.HOLD_INSTANCE not in (tj["metadata"].get("annotations") or {})
+    wl = await workload(kube, queued, ref.name)
+    assert wl is not None
+    assert wl["spec"]["active"] is False
+    assert (await backend.inspect(ref)).state is ObjectState.HELD
+    admission.start()
+    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(120))
+    assert obs.admissions == 2
+    await rank_zero_log(backend, job, f"{job}.1.1.2.0")
+    assert not (await backend.stop_job(job, "done")).alive
