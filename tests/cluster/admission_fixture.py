@@ -128,6 +128,13 @@ class AdmissionHandle:
              names.CONTROLLER_NAMESPACE, "get", "deployment", DEPLOYMENT_NAME],
             capture_output=True, check=False).returncode == 0
 
+    def none(self) -> None:
+        """No controller at all for a while (the next start() or deployed() brings one): the
+        Deployment scaled to zero and host replicas stopped. Its AdmissionCheck goes
+        inactive, so Kueue reserves no quota in the meantime."""
+        self.stop_all()
+        self._scale_deployment_to_zero()
+
     def _scale_deployment_to_zero(self) -> None:
         """No in-cluster replica runs beside host replicas: they would share the Lease."""
         if not self._has_deployment():

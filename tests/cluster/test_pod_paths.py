@@ -32,7 +32,7 @@ from dispatch_kubeflow import (
     ObjectState,
     StartRequest,
 )
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.execution import is_alive
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
@@ -428,4 +428,77 @@ async def test_a_crash_between_the_writes_of_a_hold_expiry_still_releases(
     obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(120))
     assert obs.admissions == 2
     await rank_zero_log(backend, job, f"{job}.1.1.2.0")
+    assert not (await backend.stop_job(job, "done")).alive
+
+
+# --- found by reading --------------------------------------------------------------------
+KEEP = "dispatch.test/keep"
+"""A finalizer of the test's own: the Workload stays in deletion until the test lets go."""
+
+
+async def _keep(kube: Kube, ns: str, name: str, keep: bool) -> None:
+    """Add or remove KEEP, fenced by the version read (Kueue's own finalizer stays), again
+    after a 409: Kueue writes a new Workload often."""
+    for _ in range(20):
+        wl = await kube.get_or_none(r.WORKLOAD, name, ns)
+        if wl is None:
+            return
+        finalizers = [f for f in wl["metadata"].get("finalizers") or [] if f != KEEP]
+        try:
+            await kube.patch(r.WORKLOAD, name, {"metadata": {
+                "resourceVersion": wl["metadata"]["resourceVersion"],
+                "finalizers": [*finalizers, KEEP] if keep else finalizers}}, ns, kind="merge")
+            return
+        except errors.KubeConflict:
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"the finalizer {KEEP} of Workload {name}: 20 conflicts")
+
+
+async def test_a_workload_being_deleted_never_raises_a(
+        backend: Backend, kube: Kube, queued: str,  # noqa: F811
+        admission: AdmissionHandle) -> None:
+    """Found by reading: decide() takes a Workload in deletion for a pending one, and Kueue
+    even reserves quota for it. The controller judges it and must raise nothing (its live
+    read before the raise sees the deletion); once it is gone, Kueue's new Workload is the
+    admission, at A = 1."""
+    admission.none()  # while the stage is set: the check inactive, no quota reserved
+    job = JobID.new()
+    ref = await backend.start(StartRequest(job, 1, 1, spec(2, SCRIPT_READY)))
+    await backend.open(ref)
+    old = await eventually(lambda: workload(kube, queued, ref.name), 60, "Kueue's Workload")
+    name = old["metadata"]["name"]
+    await _keep(kube, queued, name, True)
+    try:
+        await kube.delete(r.WORKLOAD, name, queued)
+        rep = admission.start()
+
+        async def reserved() -> bool:
+            wl = await kube.get(r.WORKLOAD, name, queued)
+            return bool(wl["metadata"].get("deletionTimestamp")) and any(
+                c["type"] == "QuotaReserved" and c["status"] == "True"
+                for c in (wl.get("status") or {}).get("conditions") or [])
+
+        await eventually(reserved, 60, "quota reserved for the Workload in deletion")
+
+        async def judged() -> bool:
+            return ("being deleted since it was judged" in rep.log_text()
+                    or _count(await kube.get(r.TRAINJOB, ref.name, queued)) > 0)
+
+        await eventually(judged, 30, "the controller judging the Workload in deletion")
+        await asyncio.sleep(5)  # a raise or a Ready would land now
+        assert _count(await kube.get(r.TRAINJOB, ref.name, queued)) == 0
+        deleting = await kube.get(r.WORKLOAD, name, queued)
+        checks = (deleting.get("status") or {}).get("admissionChecks") or []
+        assert [c["state"] for c in checks] == ["Pending"]
+    finally:
+        await _keep(kube, queued, name, False)
+    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(120))
+    assert obs.admissions == 1
+    await rank_zero_log(backend, job, f"{job}.1.1.1.0")
+    new = await workload(kube, queued, ref.name)
+    assert new is not None
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    tj = await kube.get(r.TRAINJOB, ref.name, queued)
+    assert tj["metadata"]["annotations"][names.ADMISSION_TOKEN].startswith(
+        new["metadata"]["uid"])
     assert not (await backend.stop_job(job, "done")).alive
