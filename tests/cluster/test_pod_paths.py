@@ -5,7 +5,9 @@ execution a strictly higher identity" before the pod became the last fence
 (dispatch_kubeflow.core.execution): a JobSet deleted under a running job, a later attempt
 after StopJob, a rank that finished before a hold, a held job's Workload deleted, a
 ClusterQueue that stops listing the check. Pods are judged from a watch of the job's pods,
-in the order the API server reports them, not from samples.
+in the order the API server reports them, not from samples. Then a controller killed right
+after each of the writes those paths added, and the path found by reading: a Workload in
+deletion.
 """
 
 from __future__ import annotations
