@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 
 from admission import tls
 from admission.checks import ActiveConditions
+from admission.gate_lift import GateLift
 from admission.holds import HoldExpiry
 from admission.intake import Caches, Feed, list_live
 from admission.lease import LeaderElector
@@ -104,6 +105,7 @@ class Controller:
             events=self.events, workers=config.workers)
         self.active = ActiveConditions(kube, self.elector, self.caches,
                                        self.feeds[ADMISSION_CHECK.plural])
+        self.gate_lift = GateLift(kube, self.elector, self.feeds[POD.plural], self.metrics)
         self.holds = HoldExpiry(kube, self.elector, self.caches, self.feeds[WORKLOAD.plural],
                                 self.metrics)
         self.webhook = WebhookServer(kube, self.metrics)
@@ -202,6 +204,7 @@ class Controller:
                                         "warm_up_ms": round((time.monotonic() - started) * 1e3)})
         self._spawn(self.readmission.run(), "readmission")
         self._spawn(self.active.run(), "active condition")
+        self._spawn(self.gate_lift.run(), "gate lift")
         self._spawn(self.elector.run(), "leader election")
 
     async def _successor(self, within: float) -> bool:
@@ -242,6 +245,7 @@ class Controller:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.holds.close()
+        self.gate_lift.close()
         await self.readmission.aclose()
         await self.webhook.stop()
         await self.health.stop()

@@ -13,6 +13,8 @@ The kill tests set ``DISPATCH_ADMISSION_FAULT`` (comma-separated) on a host repl
   knowing it leads and writing, which the test resumes with SIGCONT;
 * ``no-fence`` writes the check without the Workload's resourceVersion, to show in a test
   what the fence prevents.
+* ``no-gate-lift`` never asks for a pod's start: its pods stay gated, for a test to lift
+  (or try to lift) the gate itself.
 
 Never for production: unset, every function here does nothing.
 """

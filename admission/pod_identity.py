@@ -37,12 +37,18 @@ from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.execution import judge_pod
 from dispatch_kubeflow.core.identity import ExecutionIdentity, IdentityError, parse_count
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
+from dispatch_kubeflow.core.scheduling_gate import gate_op, judge_start, lifts_gate
 from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 
 log = logging.getLogger(__name__)
 
 PATH = "/mutate-pods"
+_HAS_GATE = ("has({o}.spec.schedulingGates) && {o}.spec.schedulingGates.exists(g, "
+             f"g.name == '{names.EXECUTION_GATE}')")
+GATE_LIFT_OR_CREATE = (f"request.operation == 'CREATE' || ({_HAS_GATE.format(o='oldObject')} "
+                       f"&& !({_HAS_GATE.format(o='object')}))")
+"""The webhook's match condition (CEL): a pod's creation, or an update lifting our gate."""
 MUTATING_WEBHOOK_CONFIGURATION = Resource(
     "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
     "MutatingWebhookConfiguration", namespaced=False)
@@ -121,16 +127,25 @@ def review_response(uid: str, *, patch: list[Obj] | None = None,
 async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj | None]],
                  list_pods: Callable[[str, str], Awaitable[list[Obj]]],
                  list_workloads: Callable[[str, str], Awaitable[list[Obj]]]) -> Obj:
-    """Answer one AdmissionReview request (the ``request`` member). ``list_pods(namespace,
-    trainjob)`` lists the job's pods that exist now; ``list_workloads(namespace,
-    trainjob_uid)`` its Workloads, read only for a Kueue-mode job the gate approved."""
+    """Answer one AdmissionReview request (the ``request`` member): a dispatch pod's creation,
+    or an update that lifts dispatch's scheduling gate from one (the configuration's match
+    condition sends no other update). ``list_pods(namespace, trainjob)`` lists the job's pods
+    stored now; ``list_workloads(namespace, trainjob_uid)`` its Workloads, read only for a
+    Kueue-mode job the gate approved."""
     uid = str(request.get("uid") or "")
     pod = request.get("object") or {}
     if not is_dispatch_pod(pod):
         return review_response(uid)
+    lift = request.get("operation") == "UPDATE"
+    if lift and not lifts_gate(request.get("oldObject"), pod):
+        return review_response(uid)  # any other update: not ours to judge
     namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace")
                     or "")
+    dry_run = bool(request.get("dryRun"))
     try:
+        if not lift and (pod.get("spec") or {}).get("nodeName"):
+            raise Denied("a dispatch pod must be scheduled: spec.nodeName set at its creation "
+                         f"would start it without dispatch's gate ({names.EXECUTION_GATE})")
         name = trainjob_name(pod)
         try:
             tj = await get_trainjob(namespace, name)
@@ -143,7 +158,6 @@ async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj 
             pods = await list_pods(namespace, name)
         except errors.KubeError as exc:
             raise Denied(f"cannot list the pods of TrainJob {namespace}/{name}: {exc}") from exc
-        dry_run = bool(request.get("dryRun"))
         workloads: list[Obj] = []
         if not dry_run and labels_of(tj).get(names.QUEUE_NAME_LABEL) \
                 and annotations_of(tj).get(names.ADMISSION_TOKEN):
@@ -152,11 +166,17 @@ async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj 
             except errors.KubeError as exc:
                 raise Denied(f"cannot list the Workloads of TrainJob {namespace}/{name}: "
                              f"{exc}") from exc
+        if lift:
+            verdict = judge_start(pod, tj, ident.admissions, pods, workloads=workloads)
+            if not verdict.allowed:
+                raise Denied(f"the pod may not start yet: {verdict.reason}")
+            return review_response(uid)
         verdict = judge_pod(pod, tj, ident.admissions, pods, workloads=workloads,
                             dry_run=dry_run)
         if not verdict.allowed:
             raise Denied(verdict.reason)
-        return review_response(uid, patch=env_patch(pod, ident))
+        gate = gate_op(pod)
+        return review_response(uid, patch=env_patch(pod, ident) + ([gate] if gate else []))
     except Denied as exc:
         return review_response(uid, denied=f"dispatch-admission: {exc}")
 
@@ -189,11 +209,16 @@ def webhook_configuration(client: ClientConfig, ca_bundle: str) -> Obj:
             "name": names.WEBHOOK_NAME,
             "admissionReviewVersions": ["v1"],
             "clientConfig": client.render(ca_bundle),
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                       "operations": ["CREATE", "UPDATE"], "resources": ["pods"],
+                       "scope": "Namespaced"}],
             # Only dispatch pods depend on this controller; every other pod never calls it.
             "objectSelector": {"matchExpressions": [
                 {"key": names.JOB_ID_LABEL, "operator": "Exists"}]},
+            # Of their updates only the lift of dispatch's gate: the Job controller's
+            # removal of its finalizer, say, must not wait on this controller.
+            "matchConditions": [{"name": "create-or-gate-lift",
+                                 "expression": GATE_LIFT_OR_CREATE}],
             "failurePolicy": "Fail",
             "sideEffects": "None",
             "timeoutSeconds": 10,

@@ -63,6 +63,9 @@
  *   CHECKREMOVAL  an admin removes dispatch's check from the ClusterQueue: Kueue admits
  *                 without the gate.
  *   PODRACE       the webhook's judgement and the pod's creation may be two steps.
+ *   GATES         (with PODRACE) the webhook gates every pod it admits: stored, a pod is
+ *                 alive but does not run until its gate is lifted, and the webhook judges
+ *                 the lift against the pods stored then (core.scheduling_gate).
  *   STALERUNTIME  (with ATTEMPTS > 1) Trainer may build the next attempt's JobSet from the
  *                 runtime copy of the attempt before, still in its cache (same name, the
  *                 copy StopJob deleted): its pods carry the old attempt's labels.
@@ -119,6 +122,9 @@
  *   NOATTEMPTLABEL the webhook does not compare the pod's attempt label with the TrainJob's
  *                 and takes the epoch's attempt from the pod. With STALERUNTIME must
  *                 fail (c): attempt 2 runs at attempt 1's base, below its last epoch.
+ *   NOSTARTA      (GATES) the lift does not check that the pod is of the current execution
+ *                 (the A the webhook gave it is the job's). Must fail (c): a pod admitted
+ *                 before a readmission starts after it, at the old identity.
  *   NOSUSPENDFENCE the webhook admits pods of a held or suspended TrainJob. With JOBLAG it
  *                 still verifies (h) in Kueue mode, where the token rule refuses the same
  *                 pods (the eviction or the re-made Workload changed the admission); with
@@ -378,7 +384,7 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
 #else
 #define FENCE6     (js_att == att)
 #endif
-#define POD_OK     (FENCE1 && FENCE4 && FENCE5 && FENCE6 && (NALIVE == 0 || SAME_ALIVE) && A + J < SPAN)
+#define POD_OK     (FENCE1 && FENCE4 && FENCE5 && FENCE6 && (NALIVE == 0 || SAME_ALIVE) && A + J < SPAN && GATE_OK)
 #else
 #define POD_OK     true
 #endif
@@ -387,6 +393,23 @@ bit rebound[NW * (MAXHOLD + 2) * NJS];   /* a rebind raised A for (token, JobSet
 #ifdef PODRACE
 bool inflight = false;
 byte if_js, if_A, if_J, if_att;
+#endif
+/* GATES: the late pod stored, gated: alive (every webhook judgement and the gate's list
+ * count it), not running; its identity g_*. One at a time, like the pod in flight. */
+#ifdef GATES
+bool gst = false;
+byte g_js, g_A, g_J, g_att;
+#define GST        gst
+#define G_CURRENT  (g_js == js && g_A == A && g_J == J && g_att == js_att)
+#define GATE_OK    (!gst || G_CURRENT)
+#ifdef NOSTARTA
+#define LIFT_ID    true
+#else
+#define LIFT_ID    G_CURRENT
+#endif
+#else
+#define GST        0
+#define GATE_OK    true
 #endif
 /* JobSet's restart is blocking: the Jobs of restart J make pods once no pod of the
  * JobSet's earlier Jobs is alive. */
@@ -455,7 +478,7 @@ bool jlag = false;        /* the TrainJob is suspended, its Jobs not yet */
 #elif defined(FINISHEDBLOCK)
 #define PODS_LISTED (NALIVE + nfin)
 #else
-#define PODS_LISTED NALIVE
+#define PODS_LISTED (NALIVE + GST)
 #endif
 
 /* decide(): the check is Pending, the Workload active, its quota reserved and (the
@@ -573,7 +596,7 @@ proctype Replica(byte me) {
   :: d_step { pc == LIST ->
                 pods_r = PODS_LISTED;
 #if (PROPS & 8) && !defined(CACHEDPODS)
-                assert(pods_r == 0 || NALIVE > 0);  /* (d) never waits on finished pods alone */
+                assert(pods_r == 0 || NALIVE + GST > 0);  /* (d) never waits on finished pods alone */
 #endif
                 if
                 :: pods_r > 0 && msg_r != pods_r -> pc = WAIT;
@@ -891,6 +914,12 @@ proctype Cluster() {
                 fi;
                 inflight = true; if_js = js; if_A = A; if_J = J; if_att = js_att; ncreated++ }
   :: d_step { inflight ->
+#ifdef GATES
+                printf("MSC: the API server stores the pod admitted earlier, gated: JobSet %d, A = %d, J = %d (%d pods run)\n",
+                       if_js, if_A, if_J, NALIVE);
+                gst = true; inflight = false;
+                g_js = if_js; g_A = if_A; g_J = if_J; g_att = if_att;
+#else
                 printf("MSC: the API server stores the pod admitted earlier: JobSet %d, A = %d, J = %d (%d pods exist)\n",
                        if_js, if_A, if_J, NALIVE);
 #if (PROPS & 16)
@@ -898,7 +927,27 @@ proctype Cluster() {
 #endif
                 nrun++; al_cur = true; inflight = false;
                 al_js = if_js; al_A = if_A; al_J = if_J; al_att = if_att;
+#endif
                 if_js = 0; if_A = 0; if_J = 0; if_att = 0 }
+#ifdef GATES
+  /* dispatch-admission lifts the gate; the webhook judges the lift against the pods stored
+   * now (core.scheduling_gate.judge_start): the pod is of the current execution, the
+   * creation's rules hold, no alive pod of another identity */
+  :: d_step { gst && LIFT_ID && FENCE1 && FENCE4 && FENCE5 && FENCE6 &&
+              (NALIVE == 0 || (al_js == g_js && al_A == g_A && al_J == g_J && al_att == g_att)) ->
+                printf("MSC: the late pod's gate is lifted: it starts, JobSet %d, A = %d, J = %d, epoch %d (%d pods run)\n",
+                       g_js, g_A, g_J, EPOCH(g_att, g_A, g_J), NALIVE);
+#if (PROPS & 4)
+                assert(EPOCH(g_att, g_A, g_J) >= lastE);   /* (c) no older execution after a newer one */
+#endif
+#if (PROPS & 16)
+                assert(NALIVE == 0 || (al_js == g_js && al_A == g_A && al_J == g_J && al_att == g_att)); /* (e) */
+#endif
+                nrun++; al_cur = G_CURRENT; gst = false;
+                al_js = g_js; al_A = g_A; al_J = g_J; al_att = g_att }
+  /* the gated pod is deleted (its Job's, once suspended or deleted; or anyone) */
+  :: d_step { gst -> gst = false; printf("MSC: the gated pod is deleted\n") }
+#endif
 #endif
 #ifdef FINISH
   /* the kubelet: a terminating pod is gone, after any delay */

@@ -170,8 +170,14 @@ VARIANTS = (
             "job", bfs=True),
     # --- the webhook's check and the pod's creation as two steps ------------------------
     Variant("podrace", ("PODRACE", "PROPS=16"), True,
-            "a limit: a pod the webhook admitted is stored after a new execution's pod",
-            bfs=True),
+            "without the scheduling gate: a pod the webhook admitted is stored after a new "
+            "execution's pod, and runs beside it", bfs=True),
+    Variant("gates", ("PODRACE", "GATES", "MAXHOLD=1"), False,
+            "the webhook's judgement and the pod's creation two steps, every pod gated "
+            "and its start judged after it is stored: every property holds"),
+    Variant("nostarta", ("PODRACE", "GATES", "NOSTARTA", "MAXHOLD=1"), True,
+            "the lift not checking that the pod is of the current execution: a pod "
+            "admitted before a readmission starts after it", bfs=True),
 )
 @dataclass(slots=True)
 class Result:

@@ -2,7 +2,8 @@
 # Put the working tree's controller into a running local cluster: controller-reload.sh NAME
 #
 # Builds localhost/dispatch-admission:kind from this checkout (controller-image.sh, cached
-# by its inputs), imports it into every node's containerd and restarts the Deployment
+# by its inputs), imports it into every node's containerd, applies deploy/admission again
+# (as up.sh did) and restarts the Deployment
 # dispatch-system/dispatch-admission, then waits for the rollout. The tag stays `kind`, so
 # the restart is what makes the pods run the new image (imagePullPolicy: IfNotPresent).
 # For a developer's loop and the fault suite's campaigns; up.sh does all this at start.
@@ -24,6 +25,12 @@ for node in "${NODES[@]}"; do
     || die "importing the controller's image into $node failed: $STATE/logs/image-import-$node.log"
 done
 kctl() { "$(resolve_bin kubectl)" --kubeconfig "$STATE/admin.kubeconfig" "$@"; }
+# The manifests too (RBAC, webhook, policies), as up.sh applied them: a controller may need
+# what its manifests grant.
+if [ -f "$STATE/admission/kustomization.yaml" ]; then
+  kctl apply --server-side --force-conflicts -k "$STATE/admission" >>"$STATE/logs/install.log" 2>&1 \
+    || die "kubectl apply -k deploy/admission failed: $STATE/logs/install.log"
+fi
 kctl -n dispatch-system rollout restart deployment/dispatch-admission >/dev/null
 kctl -n dispatch-system rollout status deployment/dispatch-admission --timeout 180s >&2 \
   || die "the controller's rollout did not finish: kubectl -n dispatch-system get pods"

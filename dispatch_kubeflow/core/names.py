@@ -89,6 +89,9 @@ ENV_ATTEMPT: Final = "DISPATCH_ATTEMPT"
 ENV_EPOCH: Final = "DISPATCH_EPOCH"
 
 WEBHOOK_NAME: Final = f"identity.{DOMAIN}"
+# The scheduling gate the webhook puts on every dispatch pod at its creation, lifted by
+# dispatch-admission once the pod, stored, may start (core.scheduling_gate).
+EXECUTION_GATE: Final = f"{DOMAIN}/execution"
 WEBHOOK_CONFIGURATION: Final = "dispatch-admission"
 
 

@@ -1,10 +1,11 @@
 """Proof 5, attempt injection: while the probe exists, a server-side dry-run creates a pod
 labelled as a pod of the probe; the admission controller's webhook must have set
-``DISPATCH_ATTEMPT=<probe job>.1.1.0.0`` and ``DISPATCH_EPOCH=1000000``. Then the webhook
-must refuse a real pod of the probe, which the gate never admitted (the pod as the last
-fence, :mod:`dispatch_kubeflow.core.execution`): were it made, it could never run (it asks
-for a node that does not exist), and the proof deletes it at once. Then who may write A is
-proved (:mod:`dispatch_kubeflow.preflight.a_writes`).
+``DISPATCH_ATTEMPT=<probe job>.1.1.0.0`` and ``DISPATCH_EPOCH=1000000``, and gated it
+with ``dispatch.phpboyscout.uk/execution`` (:mod:`dispatch_kubeflow.core.scheduling_gate`).
+Then the webhook must refuse a real pod of the probe, which the gate never admitted (the
+pod as the last fence, :mod:`dispatch_kubeflow.core.execution`): were it made, it could
+never run (it asks for a node that does not exist), and the proof deletes it at once. Then
+who may write A is proved (:mod:`dispatch_kubeflow.preflight.a_writes`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import identity, names
+from dispatch_kubeflow.core.scheduling_gate import gated
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, SERVICE_ACCOUNT
 from dispatch_kubeflow.model import CapabilityStatus, JobID
@@ -58,6 +60,11 @@ def check_injected(pod: Mapping[str, Any], job: JobID) -> str | None:
                         "is dispatch-admission's MutatingWebhookConfiguration "
                         f"({names.WEBHOOK_NAME}) installed?" if got is None else
                         f"a dry-run pod of the probe got {key}={got!r}, not {want[key]!r}")
+    if not gated(pod):
+        return ("dispatch-admission's webhook gave a dry-run pod of the probe its identity but "
+                f"not its scheduling gate {names.EXECUTION_GATE}, which holds every dispatch "
+                "pod until the controller has judged it stored: the controller is older than "
+                "this library; upgrade it")
     return None
 
 
@@ -126,5 +133,7 @@ async def attempt_injection(kube: KubeAPI, settings: Settings, mode: PreflightMo
     if not writes.ok:
         return writes
     # The first line stays the one the seed's tutorial prints.
-    return yes("\n".join((injected, writes.reason, "a pod of the probe, never admitted, was "
-                                                    "refused by the webhook")))
+    return yes("\n".join((injected, writes.reason,
+                          "a pod of the probe, never admitted, was refused by the webhook, "
+                          f"and one it admits waits behind {names.EXECUTION_GATE} until "
+                          "dispatch-admission starts it")))

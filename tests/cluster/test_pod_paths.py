@@ -36,6 +36,7 @@ from dispatch_kubeflow import (
 )
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.execution import is_alive
+from dispatch_kubeflow.core.scheduling_gate import gated, lift_patch
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
 from tests.cluster.admission_fixture import AdmissionHandle, Replica
@@ -503,4 +504,51 @@ async def test_a_workload_being_deleted_never_raises_a(
     tj = await kube.get(r.TRAINJOB, ref.name, queued)
     assert tj["metadata"]["annotations"][names.ADMISSION_TOKEN].startswith(
         new["metadata"]["uid"])
+    assert not (await backend.stop_job(job, "done")).alive
+
+
+# --- the start, judged after the pod is stored -------------------------------------------
+async def test_a_stored_pod_starts_only_when_its_gate_lift_is_judged(
+        backend: Backend, kube: Kube, queued: str,  # noqa: F811
+        admission: AdmissionHandle) -> None:
+    """Every dispatch pod is stored behind dispatch's scheduling gate, and the webhook
+    judges the gate's lift after the pod is stored, whoever sends it. Here the controller
+    asks for no lift (a fault), and the test lifts the gate of a pod of a held job itself:
+    refused, saying why; the pod never runs, and the readmission waits for it to go."""
+    job, ref = await running(backend, SCRIPT_READY)
+    pods = await eventually(lambda: running_pods(kube, ref, 2), 120, "2 pods running")
+    assert all(not gated(p) for p in pods)  # lifted: the controller started them
+    admission.start(env={FAULT_ENV: "no-gate-lift"})
+    # A pod of the running execution, for a rank it does not have: admitted, and gated.
+    labels = {k: v for k, v in pods[0]["metadata"]["labels"].items()
+              if k.startswith((names.DOMAIN, "jobset.sigs.k8s.io"))}
+    extra = await kube.create(r.POD, {
+        "metadata": {"name": f"{ref.name}-extra",
+                     "labels": {**labels, names.COMPLETION_INDEX_LABEL: "7"}},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "node", "image": pods[0]["spec"]["containers"][0][
+                     "image"], "command": ["sh", "-c", "sleep 600"]}]}}, queued)
+    assert gated(extra)
+    await backend.hold(ref, hold_meta(1))
+
+    async def others_gone() -> bool:
+        return all(p["metadata"]["name"] == extra["metadata"]["name"]
+                   for p in await pods_of(kube, queued, ref.name))
+
+    await eventually(others_gone, 120, "the held execution's pods gone")
+    with pytest.raises(errors.KubeWebhookDenied) as refused:
+        await kube.patch(r.POD, extra["metadata"]["name"], lift_patch(extra), queued,
+                         kind="json")
+    assert refused.value.webhook == names.WEBHOOK_NAME
+    assert "is held" in refused.value.denial
+    assert job in refused.value.denial
+    stored = await kube.get(r.POD, extra["metadata"]["name"], queued)
+    assert gated(stored)
+    assert (stored.get("status") or {}).get("phase") == "Pending"
+    assert not (stored.get("spec") or {}).get("nodeName")
+    await kube.delete(r.POD, extra["metadata"]["name"], queued, grace_period=0)
+    await admission.deployed(kube)
+    await backend.release(ref, hold_meta(1))
+    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(120))
+    assert obs.admissions == 2
     assert not (await backend.stop_job(job, "done")).alive

@@ -204,7 +204,10 @@ def json_patch(obj: Obj, ops: list[Obj], res: Resource, name: str) -> None:
                 raise invalid(f"the path {op['path']} does not exist")
         kind = op["op"]
         if kind == "test":
-            got = node[int(last)] if isinstance(node, list) else node.get(last, object())
+            if isinstance(node, list):
+                got = node[int(last)] if int(last) < len(node) else object()
+            else:
+                got = node.get(last, object())
             if got != op.get("value"):
                 raise invalid(f"the test of {op['path']} failed")
         elif kind in ("add", "replace"):

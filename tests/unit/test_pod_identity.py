@@ -14,6 +14,7 @@ import pytest
 from admission import tls
 from admission.observability import Metrics
 from admission.pod_identity import (
+    GATE_LIFT_OR_CREATE,
     PATH,
     ClientConfig,
     Denied,
@@ -135,6 +136,110 @@ async def test_review_patches_denies_and_ignores() -> None:
     assert "patch" not in other
 
 
+def _ops(resp: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = json.loads(base64.b64decode(resp["patch"]))
+    return out
+
+
+def _stored(p: dict[str, Any], a: str, uid: str, gated: bool = True,
+            phase: str = "Pending") -> dict[str, Any]:
+    """``p`` as the webhook admitted it at A = ``a`` and the API server stored it."""
+    ident = identity_for(p, trainjob(a))
+    out: dict[str, Any] = json.loads(json.dumps(p))
+    out["metadata"].update(name=f"p-{uid}", uid=uid, namespace="ns")
+    out["spec"]["containers"][0]["env"] = [{"name": k, "value": v}
+                                           for k, v in ident.env().items()]
+    if gated:
+        out["spec"]["schedulingGates"] = [{"name": "other"}, {"name": names.EXECUTION_GATE}]
+    out["status"] = {"phase": phase}
+    return out
+
+
+@pytest.mark.asyncio
+async def test_an_admitted_pod_is_gated_and_a_reinvocation_gates_it_once() -> None:
+    ops = _ops(await _review(pod(), trainjob("1"), dry_run=False))
+    assert ops[-1] == {"op": "add", "path": "/spec/schedulingGates",
+                       "value": [{"name": names.EXECUTION_GATE}]}
+    other = pod()
+    other["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
+    assert _ops(await _review(other, trainjob("1")))[-1] == {
+        "op": "add", "path": "/spec/schedulingGates/-", "value": {"name": names.EXECUTION_GATE}}
+    again = _stored(pod(), "1", "a")  # the webhook called again after another's mutation
+    assert all("schedulingGates" not in o["path"]
+               for o in _ops(await _review(again, trainjob("1"))))
+
+
+@pytest.mark.asyncio
+async def test_a_pod_with_its_node_set_at_creation_is_refused() -> None:
+    p = pod()
+    p["spec"]["nodeName"] = "dk-worker"
+    resp = await _review(p, trainjob("1"), dry_run=False)
+    assert not resp["allowed"]
+    assert "spec.nodeName" in resp["status"]["message"]
+
+
+async def _lift(old: dict[str, Any], tj: dict[str, Any], pods: list[dict[str, Any]],
+                new: dict[str, Any] | None = None) -> dict[str, Any]:
+    if new is None:
+        new = dict(json.loads(json.dumps(old)))
+        new["spec"]["schedulingGates"] = [g for g in old["spec"]["schedulingGates"]
+                                          if g["name"] != names.EXECUTION_GATE]
+
+    async def get(ns: str, name: str) -> dict[str, Any] | None:
+        return tj
+
+    async def list_pods(ns: str, name: str) -> list[dict[str, Any]]:
+        return pods
+
+    async def list_workloads(ns: str, uid: str) -> list[dict[str, Any]]:
+        return []
+
+    out = await review({"uid": "u", "namespace": "ns", "operation": "UPDATE", "object": new,
+                        "oldObject": old}, get, list_pods, list_workloads)
+    resp: dict[str, Any] = out["response"]
+    return resp
+
+
+@pytest.mark.asyncio
+async def test_the_gate_lifts_only_for_the_current_execution_with_no_other_alive() -> None:
+    mine = _stored(pod(), "2", "m")
+    rank1 = _stored(pod(), "2", "r1")
+    rank1["metadata"]["labels"][names.COMPLETION_INDEX_LABEL] = "1"
+    # The current execution, beside another rank of it (itself among the pods stored):
+    ok = await _lift(mine, trainjob("2"), [mine, rank1])
+    assert ok["allowed"]
+    assert "patch" not in ok
+    # A pod the webhook admitted at A = 1, stored after the job moved on to A = 2 (the
+    # model's podrace): its execution is over, it never starts.
+    late = await _lift(_stored(pod(), "1", "l"), trainjob("2"), [mine])
+    assert not late["allowed"]
+    assert "given A=1" in late["status"]["message"]
+    assert "at A=2 now" in late["status"]["message"]
+    # An alive pod of another execution stored: wait for it to go.
+    old = _stored(pod(**{names.RESTART_ATTEMPT_LABEL: "1"}), "2", "o", gated=False,
+                  phase="Running")
+    busy = await _lift(mine, trainjob("2"), [mine, old])
+    assert not busy["allowed"]
+    assert "waiting for 1 pods of another execution" in busy["status"]["message"]
+    # ... gone, or finished: it starts.
+    old["status"]["phase"] = "Succeeded"
+    assert (await _lift(mine, trainjob("2"), [mine, old]))["allowed"]
+    held = trainjob("2")
+    held["spec"] = {"suspend": True}
+    assert not (await _lift(mine, held, [mine]))["allowed"]
+
+
+@pytest.mark.asyncio
+async def test_updates_that_do_not_lift_the_gate_are_not_judged() -> None:
+    mine = _stored(pod(), "1", "m")
+    relabelled = json.loads(json.dumps(mine))
+    relabelled["metadata"]["labels"]["x"] = "y"
+    # The TrainJob is gone: a judged update would be refused; this one is not judged.
+    resp = await _lift(mine, {}, [], new=relabelled)
+    assert resp["allowed"]
+    assert "patch" not in resp
+
+
 def test_configuration_matches_design() -> None:
     cfg = webhook_configuration(ClientConfig(url="https://127.0.0.1:9443"), "Q0E=")
     assert cfg["metadata"]["name"] == "dispatch-admission"
@@ -142,8 +247,13 @@ def test_configuration_matches_design() -> None:
     assert hook["name"] == "identity.dispatch.phpboyscout.uk"
     assert hook["failurePolicy"] == "Fail"
     assert hook["sideEffects"] == "None"
-    assert hook["rules"][0]["operations"] == ["CREATE"]
+    assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
     assert hook["rules"][0]["resources"] == ["pods"]
+    # Of the updates, only the lift of dispatch's gate calls the webhook.
+    assert hook["matchConditions"] == [{"name": "create-or-gate-lift",
+                                        "expression": GATE_LIFT_OR_CREATE}]
+    assert GATE_LIFT_OR_CREATE.startswith("request.operation == 'CREATE' || (")
+    assert GATE_LIFT_OR_CREATE.count(names.EXECUTION_GATE) == 2
     assert hook["objectSelector"] == {"matchExpressions": [
         {"key": names.JOB_ID_LABEL, "operator": "Exists"}]}
     assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate-pods",

@@ -122,8 +122,14 @@ def test_injection_check() -> None:
     job = JobID.new(NOW)
     good = {"spec": {"containers": [{"name": "node", "env": [
         {"name": names.ENV_ATTEMPT, "value": f"{job}.1.1.0.0"},
-        {"name": names.ENV_EPOCH, "value": "1000000"}]}]}}
+        {"name": names.ENV_EPOCH, "value": "1000000"}]}],
+        "schedulingGates": [{"name": names.EXECUTION_GATE}]}}
     assert check_injected(good, job) is None
+    ungated = {"spec": {"containers": good["spec"]["containers"]}}
+    old_controller = check_injected(ungated, job)
+    assert old_controller is not None
+    assert names.EXECUTION_GATE in old_controller
+    assert "upgrade it" in old_controller
     missing = check_injected({"spec": {"containers": [{"name": "node"}]}}, job)
     assert missing is not None
     assert "MutatingWebhookConfiguration" in missing
