@@ -105,7 +105,8 @@ class Controller:
             events=self.events, workers=config.workers)
         self.active = ActiveConditions(kube, self.elector, self.caches,
                                        self.feeds[ADMISSION_CHECK.plural])
-        self.gate_lift = GateLift(kube, self.elector, self.feeds[POD.plural], self.metrics)
+        self.gate_lift = GateLift(kube, self.elector, self.feeds[POD.plural], self.metrics,
+                                  self.events)
         self.holds = HoldExpiry(kube, self.elector, self.caches, self.feeds[WORKLOAD.plural],
                                 self.metrics)
         self.webhook = WebhookServer(kube, self.metrics)

@@ -20,7 +20,7 @@ import logging
 from admission.faults import faults
 from admission.intake import Feed, Key, Obj, key_of
 from admission.lease import LeaderElector
-from admission.observability import Metrics
+from admission.observability import EventRecorder, Metrics
 from admission.workqueue import WorkQueue
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.execution import is_alive
@@ -37,8 +37,9 @@ JobKey = tuple[str, str]
 
 class GateLift:
     def __init__(self, kube: KubeAPI, elector: LeaderElector, pods: Feed, metrics: Metrics,
-                 *, workers: int = 2) -> None:
+                 events: EventRecorder, *, workers: int = 2) -> None:
         self.kube = kube
+        self.events = events
         self.elector = elector
         self.metrics = metrics
         self.workers = workers
@@ -115,6 +116,11 @@ class GateLift:
             self.metrics.webhook.labels("start-waiting").inc()
             log.info("pod %s/%s: not started yet: %s", ns, name, exc.denial,
                      extra={"namespace": ns, "pod": name})
+            # On the pod, once per pod and reason: kubectl describe pod says why it waits.
+            await self.events.record(
+                {"apiVersion": "v1", "kind": "Pod", **pod}, reason="StartWaiting",
+                action="LiftSchedulingGate", note=exc.denial,
+                key=f"StartWaiting/{meta(pod).get('uid')}/{exc.denial}")
             return False
         except errors.KubeNotFound:
             return True  # gone: nothing to start

@@ -10,10 +10,10 @@ import pytest
 from admission.gate_lift import GateLift
 from admission.intake import Feed
 from admission.lease import LeaderElector
-from admission.observability import Metrics
+from admission.observability import EventRecorder, Metrics
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.scheduling_gate import gated
-from dispatch_kubeflow.kube.resources import POD, Resource
+from dispatch_kubeflow.kube.resources import EVENT, POD, Resource
 from tests.unit.fake_kube import FakeKube
 
 pytestmark = pytest.mark.asyncio
@@ -36,7 +36,7 @@ async def world(leading: bool = True) -> tuple[FakeKube, GateLift, Feed]:
     if leading:
         assert await elector.try_acquire_or_renew()
     feed = Feed("pods")
-    return k, GateLift(k, elector, feed, Metrics()), feed
+    return k, GateLift(k, elector, feed, Metrics(), EventRecorder(k, instance="me")), feed
 
 
 async def test_the_leader_lifts_only_dispatchs_gate() -> None:
@@ -89,6 +89,11 @@ async def test_a_refused_start_is_asked_again_when_another_pod_of_the_job_goes()
         names.JOB_ID_LABEL: "01JOB", names.JOBSET_NAME_LABEL: "dj-1-s1"}},
         "status": {"phase": "Running"}})
     assert await lift.queue.get() == (NS, "new")
+    # The pod says why it waits, once however often it is refused for the same reason.
+    assert not await lift.lift((NS, "new"))
+    events = [e for e in k.all(EVENT) if e["regarding"]["name"] == "new"]
+    assert [(e["reason"], e["note"]) for e in events] == [
+        ("StartWaiting", "dispatch-admission: the pod may not start yet: waiting for 1 pods")]
     refusing[0] = False
     assert await lift.lift((NS, "new"))
     assert not gated(await k.get(POD, "new", NS))
