@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import collections
 import json
 import logging
 import os
@@ -56,6 +57,50 @@ _NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 """What a request or a read of its body raises when the network or the server fails it
 (aiohttp's ServerTimeoutError, raised by a sock_read timeout, is both a ClientError and a
 TimeoutError)."""
+MAX_EVENT_BYTES = 64 << 20
+"""The longest watch event read: far past any object the API server stores (etcd's request
+limit is 1.5 MiB by default), short of letting a broken stream take the memory."""
+
+
+class _Lines:
+    """A stream's lines, whatever their length up to MAX_EVENT_BYTES. aiohttp's own
+    readline() raises LineTooLong, outside the error tree, past its buffer's limit; this
+    reads what has arrived and splits it here, every complete line of a chunk at once."""
+
+    def __init__(self, resp: aiohttp.ClientResponse, path: str) -> None:
+        self.resp = resp
+        self.path = path
+        self.ready: collections.deque[bytes] = collections.deque()
+        self.partial = bytearray()
+
+    async def next(self) -> bytes | None:
+        """The next line (without its newline; b"" for an empty one), None at the end."""
+        while not self.ready:
+            try:
+                chunk = await self.resp.content.readany()
+            except _NETWORK_ERRORS as exc:
+                raise errors.KubeError(f"watch GET {self.path}: the stream broke: {exc!r}",
+                                       status=0, reason="StreamBroken") from exc
+            if not chunk:
+                if not self.partial:
+                    return None
+                line, self.partial = bytes(self.partial), bytearray()
+                return line
+            *complete, rest = chunk.split(b"\n")
+            if complete:
+                self.partial += complete[0]
+                self.ready.append(bytes(self.partial))
+                self.ready.extend(complete[1:])
+                self.partial = bytearray(rest)
+            else:
+                self.partial += rest
+            if len(self.partial) > MAX_EVENT_BYTES:
+                raise errors.KubeError(f"watch GET {self.path}: an event longer than "
+                                       f"{MAX_EVENT_BYTES >> 20} MiB", status=0,
+                                       reason="BadResponse")
+        return self.ready.popleft()
+
+
 _METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 """Accept for a list of the items' metadata alone (the API server serves it for every kind;
 its items are PartialObjectMetadata, given back their own kind here)."""
@@ -443,14 +488,11 @@ class Kube:
                                           sock_read=timeout_seconds + self.watch_grace),
         )
         ended = False
+        lines = _Lines(resp, path)
         try:
             while True:
-                try:
-                    line = await resp.content.readline()
-                except _NETWORK_ERRORS as exc:
-                    raise errors.KubeError(f"watch GET {path}: the stream broke: {exc!r}",
-                                           status=0, reason="StreamBroken") from exc
-                if not line:
+                line = await lines.next()
+                if line is None:
                     ended = True
                     return
                 if not line.strip():
