@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 
 from admission import tls
 from admission.checks import ActiveConditions
+from admission.faults import Faults
 from admission.gate_lift import GateLift
 from admission.holds import HoldExpiry
 from admission.intake import Caches, Feed, list_live
@@ -65,6 +66,8 @@ class Config:
     tls_secret: str = ""
     metrics_listen: str = ""
     health_listen: str = ""
+    faults: tuple[str, ...] = ()
+    """Test-only fault injection (admission.faults): none in production."""
     workers: int = 8
     """Readmission workers: Workloads judged at once. Two queued a burst's decisions in pairs
     (issue 11: p99 3.5x the floor at N = 200 with decisions themselves ~50 ms)."""
@@ -86,6 +89,7 @@ class Controller:
         self.kube = kube
         self.config = config
         self.metrics = Metrics()
+        self.faults = Faults(config.faults)
         self.elector = LeaderElector(
             kube, namespace=config.namespace, name=config.lease_name, identity=config.identity,
             lease_duration=config.lease_duration, renew_deadline=config.renew_deadline,
@@ -102,13 +106,13 @@ class Controller:
             jobsets=self.feeds[JOBSET.plural],
             admission_checks=self.feeds[ADMISSION_CHECK.plural],
             cluster_queues=self.feeds[CLUSTER_QUEUE.plural], metrics=self.metrics,
-            events=self.events, workers=config.workers)
+            events=self.events, workers=config.workers, faults=self.faults)
         self.active = ActiveConditions(kube, self.elector, self.caches,
                                        self.feeds[ADMISSION_CHECK.plural])
         self.gate_lift = GateLift(kube, self.elector, self.feeds[POD.plural], self.metrics,
-                                  self.events)
+                                  self.events, faults=self.faults)
         self.holds = HoldExpiry(kube, self.elector, self.caches, self.feeds[WORKLOAD.plural],
-                                self.metrics)
+                                self.metrics, self.faults)
         self.webhook = WebhookServer(kube, self.metrics)
         self.health = HealthServer(self.ready, self.metrics)
         self.warm = asyncio.Event()

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from urllib.parse import urlparse
 
+from admission import faults
 from admission.app import Config, Controller
 from admission.observability import parse_listen, setup_logging
 from dispatch_kubeflow.core import errors, names
@@ -105,6 +106,9 @@ def parser() -> argparse.ArgumentParser:
       help="Workloads judged at once (default %(default)s); one Workload is never judged by "
            "two at a time, and each decision still rests on a live LIST of its job's pods")
     a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    # Test-only crash and stall points (admission.faults); hidden from --help.
+    a("--fault", action="append", default=[], choices=sorted(faults.KNOWN),
+      help=argparse.SUPPRESS)
     return p
 
 
@@ -117,7 +121,7 @@ def config_from(ns: argparse.Namespace) -> Config:
         webhook_url=ns.webhook_url or "", webhook_service=ns.webhook_service or "",
         tls_cert=ns.tls_cert, tls_key=ns.tls_key, tls_ca=ns.tls_ca, tls_secret=ns.tls_secret,
         metrics_listen=ns.metrics_listen or "", health_listen=ns.health_listen or "",
-        workers=ns.workers)
+        workers=ns.workers, faults=tuple(ns.fault))
 
 
 def validate(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:

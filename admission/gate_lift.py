@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from admission.faults import faults
+from admission.faults import Faults
 from admission.intake import Feed, Key, Obj, key_of
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
@@ -37,8 +37,10 @@ JobKey = tuple[str, str]
 
 class GateLift:
     def __init__(self, kube: KubeAPI, elector: LeaderElector, pods: Feed, metrics: Metrics,
-                 events: EventRecorder, *, workers: int = 2) -> None:
+                 events: EventRecorder, *, workers: int = 2,
+                 faults: Faults | None = None) -> None:
         self.kube = kube
+        self.faults = faults or Faults()
         self.events = events
         self.elector = elector
         self.metrics = metrics
@@ -102,7 +104,7 @@ class GateLift:
     async def lift(self, key: Key) -> bool:
         """Ask for the lift of ``key``'s gate; False while the webhook refuses it."""
         pod = self._gated.get(key)
-        if pod is None or not self.elector.is_leader() or "no-gate-lift" in faults():
+        if pod is None or not self.elector.is_leader() or "no-gate-lift" in self.faults:
             return True
         patch = lift_patch(pod)
         if patch is None:

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
-from admission.faults import kill_if
+from admission.faults import Faults
 from admission.intake import Caches, Feed, Key, Obj, key_of
 from admission.lease import LeaderElector
 from admission.observability import Metrics
@@ -50,8 +50,9 @@ def release_patch(wl: Obj) -> Obj:
 
 class HoldExpiry:
     def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches, workloads: Feed,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, faults: Faults | None = None) -> None:
         self.kube = kube
+        self.faults = faults or Faults()
         self.elector = elector
         self.caches = caches
         self.metrics = metrics
@@ -118,8 +119,9 @@ class HoldExpiry:
             # The TrainJob's record first; a 409 (it changed) is judged again by _release.
             await self.kube.patch(TRAINJOB, str(tj_name), hold.clear_patch(tj), ns,
                                   kind="merge")
-            kill_if("kill-after-expiry-clear", "after clearing the expired hold's TrainJob "
-                    "record", {"workload": f"{ns}/{name}"})
+            self.faults.kill_if("kill-after-expiry-clear",
+                                "after clearing the expired hold's TrainJob record",
+                                {"workload": f"{ns}/{name}"})
         await self.kube.patch(WORKLOAD, name, release_patch(wl), ns, kind="merge")
         self.metrics.holds_released.inc()
         log.info("released expired hold of workload %s/%s", ns, name,

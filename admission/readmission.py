@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from admission.faults import faults, kill_if, stop_once
+from admission.faults import Faults
 from admission.intake import (
     LISTED,
     Caches,
@@ -257,10 +257,12 @@ class Readmission:
     def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches, *,
                  workloads: Feed, trainjobs: Feed, pods: Feed, jobsets: Feed,
                  admission_checks: Feed, cluster_queues: Feed, metrics: Metrics,
-                 events: EventRecorder, workers: int = 2) -> None:
+                 events: EventRecorder, workers: int = 2,
+                 faults: Faults | None = None) -> None:
         self.kube = kube
         self.elector = elector
         self.caches = caches
+        self.faults = faults or Faults()
         self.metrics = metrics
         self.events = events
         self.workers = workers
@@ -490,7 +492,7 @@ class Readmission:
             return
         except errors.KubeNotFound:
             return  # the Workload went; Kueue makes another, judged when it comes
-        kill_if("kill-after-hold-copy", "after putting the hold back",
+        self.faults.kill_if("kill-after-hold-copy", "after putting the hold back",
                  {"workload": f"{ns}/{name}"})
         self.metrics.decisions.labels("held").inc()
         instance = held.get(names.HOLD_INSTANCE, "")
@@ -531,7 +533,7 @@ class Readmission:
         ns, name = key_of(wl)
         # Fenced like the Ready: the body carries the resourceVersion of the Workload judged.
         body = check_apply(wl, d.check, PENDING, d.message, datetime.now(UTC),
-                           fenced="no-fence" not in faults())
+                           fenced="no-fence" not in self.faults)
         await self._apply_check(ns, name, body)
         self.metrics.decisions.labels("waiting").inc()
         log.info("workload %s/%s: %s", ns, name, d.message,
@@ -660,17 +662,17 @@ class Readmission:
                 raised = True
                 self.metrics.decisions.labels("raised").inc()
                 log.info("workload %s/%s: raised A to %d", ns, name, plan.count, extra=ctx)
-                kill_if("kill-after-raise", "after raising A", ctx)
+                self.faults.kill_if("kill-after-raise", "after raising A", ctx)
             if not self.elector.is_leader():
                 log.info("workload %s/%s: not the leader any more; not approving", ns, name)
                 return
-            stop_once("stop-before-ready", "before the Ready write", ctx)
+            self.faults.stop_once("stop-before-ready", "before the Ready write", ctx)
             started = time.monotonic()
             try:
                 # Fenced: check_apply carries the resourceVersion of the Workload judged.
                 await self._apply_check(ns, name, check_apply(
                     wl, d.check, READY, ready_message(plan.count), datetime.now(UTC),
-                    fenced="no-fence" not in faults()))
+                    fenced="no-fence" not in self.faults))
             except errors.KubeConflict:
                 self._stale(key, "Ready")
                 return
@@ -755,7 +757,7 @@ class Readmission:
         raised_tj = await self._raise(key, tj_name, plan.patch, "A for the re-made JobSet")
         if raised_tj is None:
             return
-        kill_if("kill-after-rebind", "after the rebind raised A", ctx)
+        self.faults.kill_if("kill-after-rebind", "after the rebind raised A", ctx)
         tj = raised_tj
         self.metrics.decisions.labels("rebound").inc()
         log.info("workload %s/%s: %s; raised A to %d", ns, name, plan.reason, plan.count,

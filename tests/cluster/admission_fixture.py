@@ -3,7 +3,7 @@
 Its fixtures are imported by tests/cluster/conftest.py. ``await admission.deployed()`` is the
 default: the controller as users deploy it, the Deployment ``dispatch-system/dispatch-admission``
 that deploy/local/up.sh rolls out (two replicas on the control-plane node, webhook behind its
-Service). Tests that inject faults at a precise instant (an env-selected crash point, a
+Service). Tests that inject faults at a precise instant (a crash point named by --fault, a
 SIGKILL of one replica, a shorter lease) start host-process replicas with
 ``admission.start(...)`` instead; the Deployment is scaled to zero first, so the two never
 run at once, and ``deployed()`` scales it back. Every host replica listens on the webhook

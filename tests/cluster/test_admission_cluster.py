@@ -256,7 +256,7 @@ async def test_identity_counts_jobset_restarts(kube: Kube, ns: str,
 
 async def test_kill9_between_raising_a_and_ready_does_not_raise_twice(
         kube: Kube, ns: str, admission: AdmissionHandle) -> None:
-    crasher = admission.start(env={"DISPATCH_ADMISSION_FAULT": "kill-after-raise"})
+    crasher = admission.start(args=("--fault", "kill-after-raise"))
     _, tj = await dispatch_job(kube, ns, SLOW_TERM)
     await eventually(lambda: asyncio.sleep(0, not crasher.alive()), 90,
                      "the controller killing itself after raising A")
@@ -508,8 +508,8 @@ async def frozen_leader_scenario(kube: Kube, ns: str, admission: AdmissionHandle
     the verdicts."""
     # The frozen replica listens for the webhook elsewhere: a stopped process's socket would
     # still take its share of the webhook's connections and stall pod creation.
-    frozen = admission.start(env={"DISPATCH_ADMISSION_FAULT": faults},
-                             args=("--webhook-listen", "127.0.0.1:0"))
+    frozen = admission.start(args=("--webhook-listen", "127.0.0.1:0",
+                                   *(a for f in faults.split(",") for a in ("--fault", f))))
     await admission.wait_leader(kube, among=[frozen])
     standby = admission.start()
     with History(kube, ns) as history:

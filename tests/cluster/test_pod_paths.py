@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from admission.faults import FAULT_ENV
 from dispatch_kubeflow import (
     Actor,
     ActorKind,
@@ -350,7 +349,7 @@ async def test_a_crash_right_after_a_rebind_raises_a_once(
     approved, raises nothing more, and the re-made JobSet runs at that A."""
     job, ref = await running(backend, SCRIPT_READY)
     await eventually(lambda: running_pods(kube, ref, 2), 120, "2 pods running")
-    crasher = admission.start(env={FAULT_ENV: "kill-after-rebind"})
+    crasher = admission.start(args=("--fault", "kill-after-rebind"))
     await admission.wait_leader(kube, among=[crasher], limit=60)
     await kube.delete(r.JOBSET, ref.name, queued)
     await _killed(crasher, "after the rebind")
@@ -379,7 +378,7 @@ async def test_a_crash_right_after_a_hold_copy_keeps_the_job_held(
     job, ref = await running(backend, SCRIPT_READY)
     await backend.hold(ref, hold_meta(1))
     await backend.wait(ref, ObjectState.HELD, deadline=deadline())
-    crasher = admission.start(env={FAULT_ENV: "kill-after-hold-copy"})
+    crasher = admission.start(args=("--fault", "kill-after-hold-copy"))
     await admission.wait_leader(kube, among=[crasher], limit=60)
     old = await workload(kube, queued, ref.name)
     assert old is not None
@@ -412,7 +411,7 @@ async def test_a_crash_between_the_writes_of_a_hold_expiry_still_releases(
     """A hold expires: the controller clears the TrainJob's record (a merge patch; a 409
     is judged again) and dies before it releases the Workload. The Workload's record still
     says the hold is over, so the next leader releases it, and the job runs again."""
-    crasher = admission.start(env={FAULT_ENV: "kill-after-expiry-clear"})
+    crasher = admission.start(args=("--fault", "kill-after-expiry-clear"))
     await admission.wait_leader(kube, among=[crasher], limit=60)
     job, ref = await running(backend, SCRIPT_READY)
     now = datetime.now(UTC)
@@ -518,7 +517,7 @@ async def test_a_stored_pod_starts_only_when_its_gate_lift_is_judged(
     job, ref = await running(backend, SCRIPT_READY)
     pods = await eventually(lambda: running_pods(kube, ref, 2), 120, "2 pods running")
     assert all(not gated(p) for p in pods)  # lifted: the controller started them
-    admission.start(env={FAULT_ENV: "no-gate-lift"})
+    admission.start(args=("--fault", "no-gate-lift"))
     # A pod of the running execution, for a rank it does not have: admitted, and gated.
     labels = {k: v for k, v in pods[0]["metadata"]["labels"].items()
               if k.startswith((names.DOMAIN, "jobset.sigs.k8s.io"))}

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from admission.faults import FAULT_ENV
+from admission.faults import Faults
 from admission.intake import Caches, Feed
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
@@ -397,9 +397,9 @@ async def test_the_fence_is_what_refuses_a_stale_cached_workload(
     """Kueue evicted the Workload; the index still has the version before. With the fence
     the Ready is refused; with the no-fence fault it lands on the evicted Workload: the
     fence, not the cache, is what keeps the stale decision out."""
-    if not fence:
-        monkeypatch.setenv(FAULT_ENV, "no-fence")
     w = await world(0)
+    if not fence:
+        w.r.faults = Faults(["no-fence"])
     w.indexes["workloads"].pin(WL)
     w.k.write_now(WORKLOAD, WL, NS, {"status": {
         "conditions": [{"type": "QuotaReserved", "status": "True"},
