@@ -110,7 +110,7 @@ class Controller:
         self.active = ActiveConditions(kube, self.elector, self.caches,
                                        self.feeds[ADMISSION_CHECK.plural])
         self.gate_lift = GateLift(kube, self.elector, self.feeds[POD.plural], self.metrics,
-                                  self.events, faults=self.faults)
+                                  self.events, workers=config.workers, faults=self.faults)
         self.holds = HoldExpiry(kube, self.elector, self.caches, self.feeds[WORKLOAD.plural],
                                 self.metrics, self.faults)
         self.webhook = WebhookServer(kube, self.metrics)

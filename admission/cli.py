@@ -103,8 +103,9 @@ def parser() -> argparse.ArgumentParser:
     a("--health-listen", type=_listen, default=None,
       help="host:port for /healthz and /readyz (off if unset)")
     a("--workers", type=_workers, default=8,
-      help="Workloads judged at once (default %(default)s); one Workload is never judged by "
-           "two at a time, and each decision still rests on a live LIST of its job's pods")
+      help="Workloads judged at once, and pods' starts asked for at once (default "
+           "%(default)s); one Workload is never judged by two at a time, and each decision "
+           "still rests on a live LIST of its job's pods")
     a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     # Test-only crash and stall points (admission.faults); hidden from --help.
     a("--fault", action="append", default=[], choices=sorted(faults.KNOWN),

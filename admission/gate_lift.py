@@ -49,6 +49,8 @@ class GateLift:
         self._gated: dict[Key, Obj] = {}
         """Gated dispatch pods not being deleted, as last seen."""
         self._by_job: dict[JobKey, set[Key]] = {}
+        self._told: dict[Key, str] = {}
+        """The last refusal each gated pod was told of (its Event), not to post it again."""
         pods.subscribe(self._on_pod)
         elector.on_change(self._on_leadership)
 
@@ -66,6 +68,7 @@ class GateLift:
             self.queue.add(key)
             return
         self._gated.pop(key, None)
+        self._told.pop(key, None)
         waiting = self._by_job.get(job)
         if waiting is not None:
             waiting.discard(key)
@@ -119,6 +122,9 @@ class GateLift:
             log.info("pod %s/%s: not started yet: %s", ns, name, exc.denial,
                      extra={"namespace": ns, "pod": name})
             # On the pod, once per pod and reason: kubectl describe pod says why it waits.
+            if self._told.get(key) == exc.denial:
+                return False
+            self._told[key] = exc.denial
             await self.events.record(
                 {"apiVersion": "v1", "kind": "Pod", **pod}, reason="StartWaiting",
                 action="LiftSchedulingGate", note=exc.denial,

@@ -90,7 +90,9 @@ async def test_a_refused_start_is_asked_again_when_another_pod_of_the_job_goes()
         "status": {"phase": "Running"}})
     assert await lift.queue.get() == (NS, "new")
     # The pod says why it waits, once however often it is refused for the same reason.
+    creates = k.calls["create"]
     assert not await lift.lift((NS, "new"))
+    assert k.calls["create"] == creates  # not even asked again
     events = [e for e in k.all(EVENT) if e["regarding"]["name"] == "new"]
     assert [(e["reason"], e["note"]) for e in events] == [
         ("StartWaiting", "dispatch-admission: the pod may not start yet: waiting for 1 pods")]
