@@ -122,7 +122,11 @@ def current_pod(pods: Sequence[Mapping[str, Any]],
 async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
                  stream: OutputStream = OutputStream.STDOUT, follow: bool = False,
                  submission: int | None = None) -> LogStream:
-    """Open rank ``rank``'s log of the current execution of ``job``."""
+    """Open rank ``rank``'s log of the current execution of ``job``.
+
+    Raises :class:`~dispatch_kubeflow.errors.NotFound` when the job has no pod of that rank,
+    or its pod has not started yet (no node: dispatch's start gate holds it, or the
+    scheduler has no room): ask again once it runs."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise errors.SpecError(f"rank: must be a non-negative integer, got {rank!r}",
                                field="rank")
@@ -143,6 +147,14 @@ async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
                               + (f" in submission {submission}" if submission else "")
                               + f" in {namespace}")
     name = str(meta(pod)["name"])
+    if not (pod.get("spec") or {}).get("nodeName"):
+        # Not scheduled yet (dispatch's start gate, or no room): the API server answers a
+        # log request for it with an empty stream, which would read as a finished log.
+        gates = [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates")
+                 or []]
+        raise errors.NotFound(f"job {job}: rank {rank}'s pod {name} has not started yet "
+                              f"({'gated by ' + ', '.join(gates) if gates else 'not scheduled'}"
+                              "): ask again once it runs")
     want = None if stream is OutputStream.ALL else stream.value
     try:
         body = await kube.open_pod_log(name, namespace, container=names.TRAINER_CONTAINER,
