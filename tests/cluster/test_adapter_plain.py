@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -172,3 +173,38 @@ async def test_plain_hold_rules_output_and_stop(
     assert not report.alive
     assert not report.unproven
     assert await job_objects(kube, namespace, job) == {}
+
+
+async def test_plain_jobset_remade_waits_for_hold_and_release(
+        plain: Backend, kube: Kube, namespace: str) -> None:
+    """Plain mode has no rebind (A is the library's to write): a JobSet re-made under a
+    running job makes no pod that runs, at the old identity or any other, until the
+    service holds and releases the job; Release then runs it past the old JobSet's J."""
+    job = JobID.new()
+    ref = await plain.start(StartRequest(job, 1, 1, spec()))
+    await plain.open(ref)
+    await eventually(lambda: state_is(plain, ref, ObjectState.RUNNING), 180, "running")
+    await rank_zero_log(plain, job, f"DISPATCH_ATTEMPT={job}.1.1.1.0")
+    old = await kube.get(r.JOBSET, ref.name, namespace)
+    await kube.delete(r.JOBSET, ref.name, namespace)
+
+    async def remade() -> dict[str, Any] | None:
+        js = await kube.get_or_none(r.JOBSET, ref.name, namespace)
+        return js if js and js["metadata"]["uid"] != old["metadata"]["uid"] else None
+
+    new = await eventually(remade, 60, "Trainer's new JobSet")
+    await asyncio.sleep(30)  # the old pods go; nothing of the new JobSet may start
+    pods, _ = await kube.list(r.POD, namespace,
+                              label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+    made = [p["metadata"]["name"] for p in pods
+            if p["metadata"]["labels"].get(names.JOBSET_UID_LABEL) == new["metadata"]["uid"]]
+    assert made == [], f"pods of the re-made JobSet made without an approval: {made}"
+    await plain.hold(ref, hold(1))
+    await eventually(lambda: state_is(plain, ref, ObjectState.HELD), 120, "held")
+    await plain.release(ref, hold(1))
+    await eventually(lambda: state_is(plain, ref, ObjectState.RUNNING), 180, "running again")
+    # 1 + 1 + maxRestarts (3 in dispatch-kind): past every J the old JobSet could reach.
+    await rank_zero_log(plain, job, f"DISPATCH_ATTEMPT={job}.1.1.5.0")
+    tj = await kube.get(r.TRAINJOB, ref.name, namespace)
+    assert tj["metadata"]["annotations"][names.APPROVED_JOBSET] == new["metadata"]["uid"]
+    assert not (await plain.stop_job(job, "done")).alive
