@@ -48,7 +48,7 @@ from tests.cluster.test_adapter_kueue import (  # noqa: F401  (fixtures)
     rank_zero_log,
     spec,
 )
-from tests.cluster.test_admission_cluster import workload
+from tests.cluster.test_admission_cluster import admission_count, workload
 
 pytestmark = [pytest.mark.cluster, pytest.mark.paths, pytest.mark.asyncio]
 
@@ -141,6 +141,16 @@ async def running_pods(kube: Kube, ref: ObjectRef, n: int) -> list[dict[str, Any
             if (p.get("status") or {}).get("phase") == "Running"
             and not p["metadata"].get("deletionTimestamp")]
     return pods if len(pods) >= n else None
+
+
+async def runs_again_at_a_two(backend: Backend, ref: ObjectRef,  # noqa: F811
+                              job: JobID) -> None:
+    """A held job, released (or its hold expired), runs again at A = 2; then it is stopped,
+    leaving nothing alive."""
+    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(120))
+    assert obs.admissions == 2
+    await rank_zero_log(backend, job, f"{job}.1.1.2.0")
+    assert not (await backend.stop_job(job, "done")).alive
 
 
 async def test_a_deleted_jobset_is_a_new_execution_after_the_old_pods(
@@ -289,10 +299,7 @@ async def test_a_held_job_whose_workload_is_deleted_stays_held(
     assert held["spec"]["active"] is False  # the controller put the hold back
     assert held["metadata"]["annotations"][names.HOLD_INSTANCE] == "1"
     await backend.release(ref, hold_meta(1))
-    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(120))
-    assert obs.admissions == 2
-    await rank_zero_log(backend, job, f"{job}.1.1.2.0")
-    assert not (await backend.stop_job(job, "done")).alive
+    await runs_again_at_a_two(backend, ref, job)
 
 
 async def test_a_queue_that_drops_the_check_runs_no_pod_beside_the_old_one(
@@ -337,10 +344,6 @@ async def _killed(crasher: Replica, what: str) -> None:
     assert crasher.proc.returncode == -signal.SIGKILL, crasher.log_text()[-3000:]
 
 
-def _count(tj: dict[str, Any]) -> int:
-    return int((tj["metadata"].get("annotations") or {}).get(names.ADMISSION_COUNT) or 0)
-
-
 async def test_a_crash_right_after_a_rebind_raises_a_once(
         backend: Backend, kube: Kube, queued: str,  # noqa: F811
         admission: AdmissionHandle) -> None:
@@ -355,7 +358,8 @@ async def test_a_crash_right_after_a_rebind_raises_a_once(
     await _killed(crasher, "after the rebind")
     tj = await kube.get(r.TRAINJOB, ref.name, queued)
     jobset = await kube.get(r.JOBSET, ref.name, queued)
-    assert _count(tj) == 5  # 1 + 1 + maxRestarts (3): past every J the old JobSet had
+    # 1 + 1 + maxRestarts (3): past every J the old JobSet had
+    assert tj["metadata"]["annotations"][names.ADMISSION_COUNT] == "5"
     assert tj["metadata"]["annotations"][names.APPROVED_JOBSET] == jobset["metadata"]["uid"]
     admission.start()
 
@@ -365,7 +369,7 @@ async def test_a_crash_right_after_a_rebind_raises_a_once(
 
     await eventually(new_running, 180, "the re-made JobSet's pods running at A = 5")
     await asyncio.sleep(5)  # a second raise would come now, if any
-    assert _count(await kube.get(r.TRAINJOB, ref.name, queued)) == 5
+    assert await admission_count(kube, queued, ref.name) == 5
     assert not (await backend.stop_job(job, "done")).alive
 
 
@@ -397,12 +401,9 @@ async def test_a_crash_right_after_a_hold_copy_keeps_the_job_held(
     assert [p["metadata"]["name"] for _, p in log.events
             if p["metadata"]["uid"] not in before] == []
     assert (inspected.state, inspected.hold_instance) == (ObjectState.HELD, 1)
-    assert _count(await kube.get(r.TRAINJOB, ref.name, queued)) == 1
+    assert await admission_count(kube, queued, ref.name) == 1
     await backend.release(ref, hold_meta(1))
-    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(120))
-    assert obs.admissions == 2
-    await rank_zero_log(backend, job, f"{job}.1.1.2.0")
-    assert not (await backend.stop_job(job, "done")).alive
+    await runs_again_at_a_two(backend, ref, job)
 
 
 async def test_a_crash_between_the_writes_of_a_hold_expiry_still_releases(
@@ -427,10 +428,7 @@ async def test_a_crash_between_the_writes_of_a_hold_expiry_still_releases(
     assert wl["spec"]["active"] is False
     assert (await backend.inspect(ref)).state is ObjectState.HELD
     admission.start()
-    obs = await backend.wait(ref, ObjectState.RUNNING, deadline=deadline(120))
-    assert obs.admissions == 2
-    await rank_zero_log(backend, job, f"{job}.1.1.2.0")
-    assert not (await backend.stop_job(job, "done")).alive
+    await runs_again_at_a_two(backend, ref, job)
 
 
 # --- found by reading --------------------------------------------------------------------
@@ -484,11 +482,11 @@ async def test_a_workload_being_deleted_never_raises_a(
 
         async def judged() -> bool:
             return ("being deleted since it was judged" in rep.log_text()
-                    or _count(await kube.get(r.TRAINJOB, ref.name, queued)) > 0)
+                    or await admission_count(kube, queued, ref.name) > 0)
 
         await eventually(judged, 30, "the controller judging the Workload in deletion")
         await asyncio.sleep(5)  # a raise or a Ready would land now
-        assert _count(await kube.get(r.TRAINJOB, ref.name, queued)) == 0
+        assert await admission_count(kube, queued, ref.name) == 0
         deleting = await kube.get(r.WORKLOAD, name, queued)
         checks = (deleting.get("status") or {}).get("admissionChecks") or []
         assert [c["state"] for c in checks] == ["Pending"]
