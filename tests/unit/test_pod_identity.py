@@ -164,6 +164,10 @@ async def test_an_admitted_pod_is_gated_and_a_reinvocation_gates_it_once() -> No
     other["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
     assert _ops(await _review(other, trainjob("1")))[-1] == {
         "op": "add", "path": "/spec/schedulingGates/-", "value": {"name": names.EXECUTION_GATE}}
+    null = pod()
+    null["spec"]["schedulingGates"] = None
+    assert _ops(await _review(null, trainjob("1")))[-1] == {
+        "op": "add", "path": "/spec/schedulingGates", "value": [{"name": names.EXECUTION_GATE}]}
     again = _stored(pod(), "1", "a")  # the webhook called again after another's mutation
     assert all("schedulingGates" not in o["path"]
                for o in _ops(await _review(again, trainjob("1"))))
