@@ -14,14 +14,16 @@ import pytest
 from admission import tls
 from admission.observability import Metrics
 from admission.pod_identity import (
-    GATE_LIFT_OR_CREATE,
-    PATH,
-    ClientConfig,
     Denied,
     WebhookServer,
     env_patch,
     identity_for,
     review,
+)
+from admission.webhook_config import (
+    GATE_LIFT_OR_CREATE,
+    PATH,
+    ClientConfig,
     webhook_configuration,
 )
 from dispatch_kubeflow import errors

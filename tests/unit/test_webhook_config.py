@@ -1,0 +1,83 @@
+"""admission.webhook_config: the leader keeps the MutatingWebhookConfiguration as written,
+deleted or edited by anyone (issue 28: it was reconciled only when the controller started)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from admission.lease import LeaderElector
+from admission.webhook_config import (
+    MUTATING_WEBHOOK_CONFIGURATION,
+    ClientConfig,
+    ConfigurationKeeper,
+    ensure_configuration,
+)
+from dispatch_kubeflow.core import names
+from tests.unit.fake_kube import FakeKube
+
+pytestmark = pytest.mark.asyncio
+CLIENT = ClientConfig(service="dispatch-system/dispatch-admission")
+CA = "Q0E="
+
+
+async def _until(k: FakeKube, ok: Callable[[dict[str, Any] | None], bool],
+                 limit: float = 5.0) -> None:
+    async with asyncio.timeout(limit):
+        while True:
+            cur = await k.get_or_none(MUTATING_WEBHOOK_CONFIGURATION, names.WEBHOOK_CONFIGURATION)
+            if ok(cur):
+                return
+            await asyncio.sleep(0.01)
+
+
+def _ca(cur: dict[str, Any] | None) -> Any:
+    return None if cur is None else cur["webhooks"][0]["clientConfig"].get("caBundle")
+
+
+async def test_the_leader_puts_back_a_deleted_or_edited_configuration() -> None:
+    k = FakeKube(3)
+    elector = LeaderElector(k, namespace="ctl", name="lease", identity="me", clock=lambda: 0.0)
+    assert await elector.try_acquire_or_renew()
+    await ensure_configuration(k, CLIENT, CA)
+    keeper = ConfigurationKeeper(k, elector, CLIENT, CA)
+    task = asyncio.create_task(keeper.run())
+    try:
+        await asyncio.sleep(0.05)
+        await k.delete(MUTATING_WEBHOOK_CONFIGURATION, names.WEBHOOK_CONFIGURATION)
+        await _until(k, lambda cur: cur is not None)
+        cur = await k.get(MUTATING_WEBHOOK_CONFIGURATION, names.WEBHOOK_CONFIGURATION)
+        cur["webhooks"][0]["clientConfig"]["caBundle"] = ""  # wiped
+        await k.replace(MUTATING_WEBHOOK_CONFIGURATION, cur)
+        await _until(k, lambda cur: _ca(cur) == CA)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_follower_only_watches() -> None:
+    k = FakeKube(4)
+    elector = LeaderElector(k, namespace="ctl", name="lease", identity="me", clock=lambda: 0.0)
+    await ensure_configuration(k, CLIENT, CA)
+    keeper = ConfigurationKeeper(k, elector, CLIENT, CA)
+    task = asyncio.create_task(keeper.run())
+    try:
+        await asyncio.sleep(0.05)
+        await k.delete(MUTATING_WEBHOOK_CONFIGURATION, names.WEBHOOK_CONFIGURATION)
+        await asyncio.sleep(0.2)
+        assert await k.get_or_none(MUTATING_WEBHOOK_CONFIGURATION,
+                                   names.WEBHOOK_CONFIGURATION) is None
+        election = asyncio.create_task(elector.run())  # leading now: it looks, and writes
+        await _until(k, lambda cur: cur is not None)
+        election.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await election
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
