@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from admission.webhook_config import MUTATING_WEBHOOK_CONFIGURATION
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
@@ -327,3 +328,32 @@ async def test_a_cut_off_worker_holds_back_the_next_execution_until_it_heals(
     assert again["metadata"]["name"] != pod["metadata"]["name"]
     assert await raised_events(kube, ns, tj, want=2) == 2
     assert await workload(kube, ns, tj) is not None
+
+
+async def test_a_deleted_or_wiped_webhook_configuration_is_put_back(
+        kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    """Issue 28: the configuration was written only when the controller started. Deleted,
+    dispatch pods were made with no identity and no gate; its caBundle wiped, every one was
+    refused until a restart. The leader now puts it back, and pods get their identity."""
+    await admission.deployed(kube)
+    cfg = MUTATING_WEBHOOK_CONFIGURATION
+    await kube.delete(cfg, names.WEBHOOK_CONFIGURATION)
+
+    async def back() -> Obj | None:
+        cur = await kube.get_or_none(cfg, names.WEBHOOK_CONFIGURATION)
+        hooks = (cur or {}).get("webhooks") or [{}]
+        return cur if (hooks[0].get("clientConfig") or {}).get("caBundle") else None
+
+    put_back = await eventually(back, 30, "the configuration written again")
+    ca = put_back["webhooks"][0]["clientConfig"]["caBundle"]
+    put_back["webhooks"][0]["clientConfig"]["caBundle"] = ""
+    await kube.replace(cfg, put_back)
+    restored = await eventually(back, 30, "its caBundle written again")
+    assert restored["webhooks"][0]["clientConfig"]["caBundle"] == ca
+    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
+    await wait_ready(kube, ns, tj)
+    labels = {**dispatch_labels(job_id), names.JOBSET_NAME_LABEL: tj,
+              names.RESTART_ATTEMPT_LABEL: "0"}
+    out = await kube.create(r.POD, _pod(ns, labels), ns, dry_run=True)
+    env = {e["name"]: e.get("value") for e in out["spec"]["containers"][0].get("env") or []}
+    assert env[names.ENV_ATTEMPT] == f"{job_id}.1.1.1.0", dump_logs(admission)
