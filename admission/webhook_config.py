@@ -149,10 +149,17 @@ class ConfigurationKeeper:
             tg.create_task(self._keep())
 
     async def _watch(self) -> None:
-        async for ev in self.kube.observe(
-                MUTATING_WEBHOOK_CONFIGURATION,
-                field_selector=f"metadata.name={names.WEBHOOK_CONFIGURATION}"):
-            self._seen(ev)
+        try:
+            async for ev in self.kube.observe(
+                    MUTATING_WEBHOOK_CONFIGURATION,
+                    field_selector=f"metadata.name={names.WEBHOOK_CONFIGURATION}"):
+                self._seen(ev)
+        except (errors.KubeForbidden, errors.KubeNotFound) as exc:
+            # RBAC older than this controller (no list and watch by name): it still runs,
+            # as before the keeper, and says what it cannot do.
+            log.error("cannot watch MutatingWebhookConfiguration %s (%s): it is written at "
+                      "start only; apply deploy/admission's RBAC to keep it",
+                      names.WEBHOOK_CONFIGURATION, exc)
 
     async def _keep(self) -> None:
         delay = self.RETRY[0]

@@ -17,7 +17,7 @@ from admission.webhook_config import (
     ConfigurationKeeper,
     ensure_configuration,
 )
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
 from tests.unit.fake_kube import FakeKube
 
 pytestmark = pytest.mark.asyncio
@@ -81,3 +81,24 @@ async def test_a_follower_only_watches() -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_rbac_older_than_the_keeper_is_logged_not_fatal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    k = FakeKube(5)
+    elector = LeaderElector(k, namespace="ctl", name="lease", identity="me", clock=lambda: 0.0)
+
+    def rbac(verb: str, res: object, name: str) -> None:
+        if verb in ("list", "watch") and getattr(res, "plural", "") == \
+                MUTATING_WEBHOOK_CONFIGURATION.plural:
+            raise errors.KubeForbidden("forbidden", status=403)
+
+    k.before = rbac
+    keeper = ConfigurationKeeper(k, elector, CLIENT, CA)
+    task = asyncio.create_task(keeper.run())
+    await asyncio.sleep(0.1)
+    assert not task.done()  # the keeper's writer goes on; only the watch gave up
+    assert "apply deploy/admission's RBAC" in caplog.text
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
