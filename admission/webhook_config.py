@@ -2,10 +2,9 @@
 
 The controller writes it when it starts (``--webhook-url`` for a host process,
 ``--webhook-service`` in a cluster), and the leader keeps it: it watches the object by name
-and writes it again whenever it is deleted or says something else (its ``caBundle`` wiped,
-a rule or its match condition edited). Deleted and not put back, dispatch pods would be
-created with no identity and no scheduling gate, and nothing would fence them; wiped, every
-dispatch pod would be refused until a restart.
+and writes it again whenever it says something else (its ``caBundle`` wiped, a rule or its
+match condition edited: every dispatch pod refused, or let through unjudged, until a
+restart). A deletion it reports, loudly, and cannot undo (:class:`ConfigurationKeeper`).
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ GATE_LIFT_OR_CREATE = (f"request.operation == 'CREATE' || ({_HAS_GATE.format(o='
 MUTATING_WEBHOOK_CONFIGURATION = Resource(
     "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
     "MutatingWebhookConfiguration", namespaced=False)
+
 
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
@@ -81,26 +81,30 @@ def webhook_configuration(client: ClientConfig, ca_bundle: str) -> Obj:
     }
 
 
-async def ensure_configuration(kube: KubeAPI, client: ClientConfig, ca_bundle: str) -> None:
-    """Create or update the configuration; leaves it alone when it already says the same."""
+async def ensure_configuration(kube: KubeAPI, client: ClientConfig, ca_bundle: str, *,
+                               create: bool = True) -> bool:
+    """Create (unless ``create`` is False) or update the configuration; leave it alone when
+    it already says the same. False: it does not exist and was not to be created."""
     want = webhook_configuration(client, ca_bundle)
     res = MUTATING_WEBHOOK_CONFIGURATION
     for _ in range(5):
         cur = await kube.get_or_none(res, names.WEBHOOK_CONFIGURATION)
+        if cur is None and not create:
+            return False
         if cur is None:
             try:
                 await kube.create(res, want)
                 log.info("created MutatingWebhookConfiguration %s", names.WEBHOOK_CONFIGURATION)
-                return
+                return True
             except errors.KubeConflict:
                 continue
         if _same(cur, want):
-            return
+            return True
         cur["webhooks"] = want["webhooks"]
         try:
             await kube.replace(res, cur)
             log.info("updated MutatingWebhookConfiguration %s", names.WEBHOOK_CONFIGURATION)
-            return
+            return True
         except errors.KubeConflict:
             continue
     raise errors.KubeConflict("MutatingWebhookConfiguration kept changing under us", status=409)
@@ -115,8 +119,11 @@ def _same(cur: Obj, want: Obj) -> bool:
 
 
 class ConfigurationKeeper:
-    """The leader writes the configuration again whenever the watch shows it gone or
-    different, and when it starts leading (a follower only watches)."""
+    """The leader writes the configuration again whenever the watch shows it different, and
+    when it starts leading (a follower only watches). Deleted, it cannot be made again: the
+    controller may update it by name, but RBAC cannot limit a create to one name, and a
+    controller that may create any webhook configuration could point one at anything. So a
+    deletion is an error in the log, naming the fix, until someone applies it again."""
 
     RETRY = (0.5, 30.0)
     """Seconds before another try after a failed write: first, and at most."""
@@ -169,7 +176,13 @@ class ConfigurationKeeper:
             if not self.elector.is_leader():
                 continue
             try:
-                await ensure_configuration(self.kube, self.client, self.ca_bundle)
+                if not await ensure_configuration(self.kube, self.client, self.ca_bundle,
+                                                  create=False):
+                    log.error("MutatingWebhookConfiguration %s is gone: dispatch pods are made "
+                              "with no identity and no gate until it is applied again "
+                              "(kubectl apply -f deploy/admission/webhook.yaml); this "
+                              "controller then fills in its caBundle",
+                              names.WEBHOOK_CONFIGURATION)
                 delay = self.RETRY[0]
             except errors.KubeError as exc:
                 log.warning("cannot write MutatingWebhookConfiguration %s: %s; again in %.1fs",

@@ -330,26 +330,28 @@ async def test_a_cut_off_worker_holds_back_the_next_execution_until_it_heals(
     assert await workload(kube, ns, tj) is not None
 
 
-async def test_a_deleted_or_wiped_webhook_configuration_is_put_back(
+async def test_an_edited_webhook_configuration_is_put_back(
         kube: Kube, ns: str, admission: AdmissionHandle) -> None:
-    """Issue 28: the configuration was written only when the controller started. Deleted,
-    dispatch pods were made with no identity and no gate; its caBundle wiped, every one was
-    refused until a restart. The leader now puts it back, and pods get their identity."""
+    """Issue 28: the configuration was written only when the controller started: its caBundle
+    wiped, every dispatch pod was refused until a restart; its match condition dropped,
+    every update of a dispatch pod waited on the webhook. The leader now puts it back, and
+    pods get their identity."""
     await admission.deployed(kube)
     cfg = MUTATING_WEBHOOK_CONFIGURATION
-    await kube.delete(cfg, names.WEBHOOK_CONFIGURATION)
+    was = await kube.get(cfg, names.WEBHOOK_CONFIGURATION)
+    hook = was["webhooks"][0]
+    ca, conditions = hook["clientConfig"]["caBundle"], hook["matchConditions"]
+    hook["clientConfig"]["caBundle"] = ""
+    del hook["matchConditions"]
+    await kube.replace(cfg, was)
 
     async def back() -> Obj | None:
-        cur = await kube.get_or_none(cfg, names.WEBHOOK_CONFIGURATION)
-        hooks = (cur or {}).get("webhooks") or [{}]
-        return cur if (hooks[0].get("clientConfig") or {}).get("caBundle") else None
+        cur = await kube.get(cfg, names.WEBHOOK_CONFIGURATION)
+        h = cur["webhooks"][0]
+        return cur if h["clientConfig"].get("caBundle") and h.get("matchConditions") else None
 
-    put_back = await eventually(back, 30, "the configuration written again")
-    ca = put_back["webhooks"][0]["clientConfig"]["caBundle"]
-    put_back["webhooks"][0]["clientConfig"]["caBundle"] = ""
-    await kube.replace(cfg, put_back)
-    restored = await eventually(back, 30, "its caBundle written again")
-    assert restored["webhooks"][0]["clientConfig"]["caBundle"] == ca
+    restored = (await eventually(back, 30, "the configuration written again"))["webhooks"][0]
+    assert (restored["clientConfig"]["caBundle"], restored["matchConditions"]) == (ca, conditions)
     job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
     await wait_ready(kube, ns, tj)
     labels = {**dispatch_labels(job_id), names.JOBSET_NAME_LABEL: tj,
