@@ -1,5 +1,5 @@
 """``python -m admission``: the same as the ``dispatch-admission`` console script."""
 
-from admission.cli import main
+from admission.scripts import dispatch_admission
 
-raise SystemExit(main())
+raise SystemExit(dispatch_admission())

@@ -32,8 +32,9 @@ from admission.holds import HoldExpiry
 from admission.intake import Caches, Feed, list_live
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, HealthServer, Metrics
-from admission.pod_identity import ClientConfig, WebhookServer, ensure_configuration
+from admission.pod_identity import WebhookServer
 from admission.readmission import Readmission
+from admission.webhook_config import ClientConfig, ConfigurationKeeper, ensure_configuration
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import (
@@ -114,6 +115,8 @@ class Controller:
         self.holds = HoldExpiry(kube, self.elector, self.caches, self.feeds[WORKLOAD.plural],
                                 self.metrics, self.faults)
         self.webhook = WebhookServer(kube, self.metrics)
+        self.keeper: ConfigurationKeeper | None = None
+        """Keeps the webhook configuration when this controller manages it."""
         self.health = HealthServer(self.ready, self.metrics)
         self.warm = asyncio.Event()
         self.stop_flag = asyncio.Event()
@@ -164,9 +167,10 @@ class Controller:
             material = await self._tls()
             await self.webhook.start(c.webhook_listen, material.ssl_context())
             if c.webhook_url or c.webhook_service:
-                await ensure_configuration(
-                    self.kube, ClientConfig(url=c.webhook_url, service=c.webhook_service),
-                    material.ca_bundle)
+                client = ClientConfig(url=c.webhook_url, service=c.webhook_service)
+                await ensure_configuration(self.kube, client, material.ca_bundle)
+                self.keeper = ConfigurationKeeper(self.kube, self.elector, client,
+                                                  material.ca_bundle)
         except BaseException:
             # kopf retries a failed startup activity: let the retry start from nothing. Kept
             # bound, the health port failed every retry with EADDRINUSE (seen in the fault
@@ -210,6 +214,8 @@ class Controller:
         self._spawn(self.readmission.run(), "readmission")
         self._spawn(self.active.run(), "active condition")
         self._spawn(self.gate_lift.run(), "gate lift")
+        if self.keeper is not None:
+            self._spawn(self.keeper.run(), "webhook configuration")
         self._spawn(self.elector.run(), "leader election")
 
     async def _successor(self, within: float) -> bool:

@@ -27,31 +27,22 @@ import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from admission.observability import Metrics, parse_listen
+from admission.webhook_config import PATH
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.execution import judge_pod
 from dispatch_kubeflow.core.identity import ExecutionIdentity, IdentityError, parse_count
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.core.scheduling_gate import gate_op, judge_start, lifts_gate
-from dispatch_kubeflow.kube import KubeAPI, Resource
+from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 
 log = logging.getLogger(__name__)
 
-PATH = "/mutate-pods"
-_HAS_GATE = ("has({o}.spec.schedulingGates) && {o}.spec.schedulingGates.exists(g, "
-             f"g.name == '{names.EXECUTION_GATE}')")
-GATE_LIFT_OR_CREATE = (f"request.operation == 'CREATE' || ({_HAS_GATE.format(o='oldObject')} "
-                       f"&& !({_HAS_GATE.format(o='object')}))")
-"""The webhook's match condition (CEL): a pod's creation, or an update lifting our gate."""
-MUTATING_WEBHOOK_CONFIGURATION = Resource(
-    "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
-    "MutatingWebhookConfiguration", namespaced=False)
 
 Obj = dict[str, Any]
 
@@ -179,87 +170,6 @@ async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj 
         return review_response(uid, patch=env_patch(pod, ident) + ([gate] if gate else []))
     except Denied as exc:
         return review_response(uid, denied=f"dispatch-admission: {exc}")
-
-
-# --- configuration -----------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class ClientConfig:
-    """Where the API server calls the webhook: a URL, or a Service (namespace/name:port)."""
-
-    url: str = ""
-    service: str = ""
-
-    def render(self, ca_bundle: str) -> Obj:
-        if self.url:
-            return {"url": self.url.rstrip("/") + PATH, "caBundle": ca_bundle}
-        ns_name, _, port = self.service.partition(":")
-        ns, _, name = ns_name.partition("/")
-        return {"service": {"namespace": ns, "name": name, "path": PATH,
-                            "port": int(port or 443)}, "caBundle": ca_bundle}
-
-
-def webhook_configuration(client: ClientConfig, ca_bundle: str) -> Obj:
-    """The MutatingWebhookConfiguration of docs/design.md."""
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": names.WEBHOOK_CONFIGURATION,
-                     "labels": {"app.kubernetes.io/name": "dispatch-admission"}},
-        "webhooks": [{
-            "name": names.WEBHOOK_NAME,
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": client.render(ca_bundle),
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                       "operations": ["CREATE", "UPDATE"], "resources": ["pods"],
-                       "scope": "Namespaced"}],
-            # Only dispatch pods depend on this controller; every other pod never calls it.
-            "objectSelector": {"matchExpressions": [
-                {"key": names.JOB_ID_LABEL, "operator": "Exists"}]},
-            # Of their updates only the lift of dispatch's gate: the Job controller's
-            # removal of its finalizer, say, must not wait on this controller.
-            "matchConditions": [{"name": "create-or-gate-lift",
-                                 "expression": GATE_LIFT_OR_CREATE}],
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "timeoutSeconds": 10,
-            "matchPolicy": "Equivalent",
-            # Another webhook may add a container after us: run again so it gets identity.
-            "reinvocationPolicy": "IfNeeded",
-        }],
-    }
-
-
-async def ensure_configuration(kube: KubeAPI, client: ClientConfig, ca_bundle: str) -> None:
-    """Create or update the configuration; leaves it alone when it already says the same."""
-    want = webhook_configuration(client, ca_bundle)
-    res = MUTATING_WEBHOOK_CONFIGURATION
-    for _ in range(5):
-        cur = await kube.get_or_none(res, names.WEBHOOK_CONFIGURATION)
-        if cur is None:
-            try:
-                await kube.create(res, want)
-                log.info("created MutatingWebhookConfiguration %s", names.WEBHOOK_CONFIGURATION)
-                return
-            except errors.KubeConflict:
-                continue
-        if _same(cur, want):
-            return
-        cur["webhooks"] = want["webhooks"]
-        try:
-            await kube.replace(res, cur)
-            log.info("updated MutatingWebhookConfiguration %s", names.WEBHOOK_CONFIGURATION)
-            return
-        except errors.KubeConflict:
-            continue
-    raise errors.KubeConflict("MutatingWebhookConfiguration kept changing under us", status=409)
-
-
-def _same(cur: Obj, want: Obj) -> bool:
-    cur_hooks = cur.get("webhooks") or []
-    if len(cur_hooks) != 1:
-        return False
-    have, need = cur_hooks[0], want["webhooks"][0]
-    return all(have.get(k) == v for k, v in need.items())
 
 
 # --- server --------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from floor import gone
+from floor import gone, watch_until
 
 from dispatch_kubeflow import (
     Actor,
@@ -256,22 +256,6 @@ async def adapter_lifecycle(ns: str, watch_kube: Kube) -> tuple[list[tuple[str, 
 
 
 # --- the bare script: the fewest requests for the same lifecycle ---------------------------------
-
-
-async def watch_until(kube: Kube, res: Resource, ns: str, done: Callable[[Mapping[str, Obj]], bool],
-                      *, label_selector: str | None = None,
-                      field_selector: str | None = None) -> Mapping[str, Obj]:
-    """ONE request: a watch without a resourceVersion (it starts with the existing objects)."""
-    current: dict[str, Obj] = {}
-    async for ev in kube.watch(res, ns, label_selector=label_selector,
-                               field_selector=field_selector):
-        if ev.type == "DELETED":
-            current.pop(ev.object["metadata"]["name"], None)
-        else:
-            current[ev.object["metadata"]["name"]] = ev.object
-        if done(current):
-            return current
-    raise AssertionError("the watch ended")
 
 
 async def bare_lifecycle(ns: str) -> list[tuple[str, int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dispatch_kubeflow.errors import KubeGone
@@ -34,3 +35,31 @@ async def gone(kube: Kube, res: Any, ns: str | None, *, label_selector: str | No
         except KubeGone:
             continue  # the version was compacted away: list again, as any script must
         return requests
+
+
+Obj = dict[str, Any]
+
+
+async def watch_until(kube: Kube, res: Any, ns: str | None,
+                      done: Callable[[Mapping[str, Obj]], bool], *,
+                      label_selector: str | None = None, field_selector: str | None = None,
+                      resource_version: str = "") -> Mapping[str, Obj]:
+    """ONE request, as a rule: a watch (without a resourceVersion it starts with the existing
+    objects) until ``done`` holds of what it has seen; the objects then. A version compacted
+    away (a quiet selector, a slow phase) starts it over from the objects as they are now,
+    as any script must."""
+    current: dict[str, Obj] = {}
+    while True:
+        try:
+            async for ev in kube.watch(res, ns, label_selector=label_selector,
+                                       field_selector=field_selector,
+                                       resource_version=resource_version):
+                resource_version = ev.object["metadata"]["resourceVersion"]
+                if ev.type == "DELETED":
+                    current.pop(ev.object["metadata"]["name"], None)
+                else:
+                    current[ev.object["metadata"]["name"]] = ev.object
+                if done(current):
+                    return current
+        except KubeGone:
+            current, resource_version = {}, ""

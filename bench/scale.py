@@ -63,7 +63,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from floor import gone
+from floor import gone, watch_until
 
 from dispatch_kubeflow import (
     Backend,
@@ -79,7 +79,7 @@ from dispatch_kubeflow import (
 )
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import is_true
-from dispatch_kubeflow.errors import KubeGone, KubeInvalid
+from dispatch_kubeflow.errors import KubeInvalid
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
 
@@ -352,29 +352,6 @@ class MinimalApprover:
         self._task.cancel()
         for t in self._tasks:
             t.cancel()
-
-
-async def watch_until(kube: Kube, res: Any, ns: str, done: Callable[[Mapping[str, Obj]], bool],
-                      *, label_selector: str | None = None, field_selector: str | None = None,
-                      resource_version: str = "") -> None:
-    """ONE request: a watch (without a resourceVersion it starts with the existing objects)."""
-    current: dict[str, Obj] = {}
-    while True:
-        try:
-            async for ev in kube.watch(res, ns, label_selector=label_selector,
-                                       field_selector=field_selector,
-                                       resource_version=resource_version):
-                resource_version = ev.object["metadata"]["resourceVersion"]
-                if ev.type == "DELETED":
-                    current.pop(ev.object["metadata"]["name"], None)
-                else:
-                    current[ev.object["metadata"]["name"]] = ev.object
-                if done(current):
-                    return
-        except KubeGone:
-            # The version resumed from was compacted away (a quiet selector, a slow phase):
-            # any script must start over, from the objects as they are now.
-            current, resource_version = {}, ""
 
 
 def terminal(name: str) -> Callable[[Mapping[str, Obj]], bool]:

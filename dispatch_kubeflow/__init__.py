@@ -5,7 +5,7 @@ release, read their output and stop them; list a namespace's jobs and read their
 
     from dispatch_kubeflow import AdapterConfig, open_backend
 
-    async with await open_backend(AdapterConfig("kubeflow", settings_json)) as backend:
+    async with open_backend(AdapterConfig("kubeflow", settings_json)) as backend:
         ref = await backend.start(StartRequest(job, 1, 1, spec))
         await backend.open(ref)
 
@@ -20,8 +20,20 @@ controller uses), does not load the rest of the library.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 from typing import TYPE_CHECKING, Any
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("dispatch-kubeflow")
+    except importlib.metadata.PackageNotFoundError:  # imported from a tree never installed
+        return "0+unknown"
+
+
+__version__ = _version()
+"""The installed distribution's version (``pip show dispatch-kubeflow``)."""
 
 if TYPE_CHECKING:
     from dispatch_kubeflow.backend import NAME, Backend, factory
@@ -109,6 +121,7 @@ __all__ = [
     "StartRequest",
     "StopReport",
     "UnsupportedError",
+    "__version__",
     "factory",
     "open_backend",
     "register",
@@ -164,17 +177,20 @@ _WHERE: dict[str, str] = {
 """Which module defines each public name."""
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, or a submodule (``dispatch_kubeflow.errors``), loaded on first use."""
-    where = _WHERE.get(name)
-    if where is not None:
-        value = getattr(importlib.import_module(where), name)
-    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):
-        value = importlib.import_module(f"{__name__}.{name}")
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # loaded once: the next lookup does not come here
-    return value
+if not TYPE_CHECKING:  # to mypy the names are the imports above: a typo is an error
+
+    def __getattr__(name: str) -> Any:
+        """A public name, or a submodule (``dispatch_kubeflow.errors``), loaded on first
+        use."""
+        where = _WHERE.get(name)
+        if where is not None:
+            value = getattr(importlib.import_module(where), name)
+        elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):
+            value = importlib.import_module(f"{__name__}.{name}")
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value  # loaded once: the next lookup does not come here
+        return value
 
 
 def __dir__() -> list[str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -57,11 +57,12 @@ from dispatch_kubeflow.model import (
     StopReport,
     as_job_id,
 )
+from dispatch_kubeflow.opening import Opening
 from dispatch_kubeflow.output import LogStream
 from dispatch_kubeflow.preflight import run as run_preflight
 from dispatch_kubeflow.registry import AdapterConfig, register
 from dispatch_kubeflow.settings import Settings
-from dispatch_kubeflow.waits import within
+from dispatch_kubeflow.waits import deadline_after, within
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +96,21 @@ class Backend:
 
     # --- opening and closing --------------------------------------------------------------
     @classmethod
-    async def connect(cls, settings: Settings | bytes | str | Mapping[str, Any], *,
-                      kube: KubeAPI | None = None, preflight: bool = True) -> Backend:
-        """Validate the settings, connect (unless ``kube`` is given) and run the preflight.
+    def connect(cls, settings: Settings | bytes | str | Mapping[str, Any], *,
+                kube: KubeAPI | None = None, preflight: bool = True) -> Opening[Backend]:
+        """Validate the settings, connect (unless ``kube`` is given) and run the preflight:
+        ``async with Backend.connect(settings) as backend:``, or ``await`` it and close the
+        backend yourself.
 
         ``preflight=False`` skips it: every capability is then unknown (not checked) and
         the backend observe-only, which is all a tool that lists, inspects, reads logs or
         events, holds or stops needs, without the preflight's probe and its seconds.
         """
+        return Opening(lambda: cls._connect(settings, kube=kube, preflight=preflight))
+
+    @classmethod
+    async def _connect(cls, settings: Settings | bytes | str | Mapping[str, Any], *,
+                       kube: KubeAPI | None, preflight: bool) -> Backend:
         cfg = Settings.parse(settings)
         mode = select_mode(cfg)
         owns = kube is None
@@ -180,7 +188,8 @@ class Backend:
         return await observe.inspect(self._kube, self._mode, self._ref(ref))
 
     async def wait(self, ref: ObjectRef | str, *states: ObjectState,
-                   deadline: datetime | None = None) -> Observation:
+                   deadline: datetime | None = None,
+                   timeout: float | timedelta | None = None) -> Observation:
         """Wait until the job is in one of ``states``; return that observation.
 
         A watch, not a poll: the TrainJob, its pods and (Kueue) its Workload are watched,
@@ -192,8 +201,21 @@ class Backend:
         it, the wait releases the job's hold when it expires (and no pod is left) and goes
         on waiting, as the admission controller does in Kueue mode: this is the library's
         one place that acts on an expired hold (see docs/holds.md).
+
+        Bound it by ``deadline`` (a timezone-aware time) or ``timeout`` (seconds, or a
+        timedelta, from now), not both; neither: it waits until the state comes.
         """
         ref = self._ref(ref)
+        if timeout is not None:
+            if deadline is not None:
+                raise errors.SpecError("timeout: give deadline or timeout, not both",
+                                       field="timeout")
+            seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float) \
+                    or seconds < 0:
+                raise errors.SpecError(f"timeout: seconds from now, 0 or more; got {timeout!r}",
+                                       field="timeout")
+            deadline = deadline_after(seconds)
         want = frozenset(ObjectState(s) for s in states)
         if not want:
             raise errors.SpecError("states: name at least one state to wait for",
@@ -262,13 +284,14 @@ class Backend:
         return await find.find_refs(self._kube, self.settings.namespace, as_job_id(job),
                                     self._mode.kinds)
 
-    async def output(self, job: JobID | str, rank: int = 0,
-                     stream: OutputStream = OutputStream.STDOUT, follow: bool = False, *,
-                     submission: int | None = None) -> LogStream:
-        """Rank ``rank``'s log of the job's current execution (see :mod:`.output`)."""
-        return await output.output(self._kube, self.settings.namespace, as_job_id(job),
-                                   rank=rank, stream=stream, follow=follow,
-                                   submission=submission)
+    def output(self, job: JobID | str, rank: int = 0,
+               stream: OutputStream = OutputStream.STDOUT, follow: bool = False, *,
+               submission: int | None = None) -> Opening[LogStream]:
+        """Rank ``rank``'s log of the job's current execution (see :mod:`.output`):
+        ``async with backend.output(job) as log:``, or ``await`` it for the open stream."""
+        return Opening(lambda: output.output(
+            self._kube, self.settings.namespace, as_job_id(job), rank=rank, stream=stream,
+            follow=follow, submission=submission))
 
     # --- helpers --------------------------------------------------------------------------
     @property

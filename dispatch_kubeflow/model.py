@@ -338,11 +338,21 @@ class Actor:
         return f"{self.kind.value}:{self.id}"
 
 
+def _aware(when: datetime | None, field: str) -> None:
+    """A naive datetime is an error naming its field: which zone it meant is not guessed."""
+    if when is not None and when.tzinfo is None:
+        raise SpecError(f"{field}: {when.isoformat()} has no time zone; give an aware time, "
+                        "such as datetime.now(UTC) + timedelta(minutes=5)", field=field)
+
+
 @dataclass(frozen=True, slots=True)
 class CallMeta:
     """Per-call metadata: ``deadline`` (timezone-aware) bounds this call alone."""
 
     deadline: datetime | None = None
+
+    def __post_init__(self) -> None:
+        _aware(self.deadline, "call.deadline")
 
 
 class ReleaseOutcome(StrEnum):
@@ -366,6 +376,9 @@ class HoldMeta:
     call: CallMeta = field(default_factory=CallMeta)
     until: datetime | None = None
     reason: str = ""
+
+    def __post_init__(self) -> None:
+        _aware(self.until, "until")
 
     @property
     def deadline(self) -> datetime | None:

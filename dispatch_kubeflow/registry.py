@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dispatch_kubeflow.core.errors import SettingsError
+from dispatch_kubeflow.opening import Opening
 
 if TYPE_CHECKING:  # for the types only: the backend imports this module
     from dispatch_kubeflow.backend import Backend
@@ -57,8 +58,14 @@ def registered() -> tuple[str, ...]:
     return tuple(sorted(_FACTORIES))
 
 
-async def open_backend(config: AdapterConfig) -> Backend:
-    """Open the backend the config names (running its preflight)."""
+def open_backend(config: AdapterConfig) -> Opening[Backend]:
+    """Open the backend the config names (running its preflight):
+    ``async with open_backend(config) as backend:``, or ``backend = await
+    open_backend(config)`` and close it yourself (``await backend.close()``)."""
+    return Opening(lambda: _open(config))
+
+
+async def _open(config: AdapterConfig) -> Backend:
     _load_builtin()
     factory = _FACTORIES.get(config.backend)
     if factory is None:

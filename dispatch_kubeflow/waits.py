@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from dispatch_kubeflow.errors import DeadlineExceeded
+from dispatch_kubeflow.errors import DeadlineExceeded, SpecError
 from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent, retry
 
 T = TypeVar("T")
@@ -36,14 +36,20 @@ def remaining(deadline: datetime | None) -> float | None:
 
 
 @asynccontextmanager
-async def within(deadline: datetime | None, what: str) -> AsyncIterator[None]:
+async def within(deadline: datetime | None, what: str, *,
+                 field: str = "deadline") -> AsyncIterator[None]:
     """Run the block until ``deadline``; past it, raise DeadlineExceeded naming ``what``.
+    A naive ``deadline`` (no time zone) is a SpecError naming ``field``: which zone it
+    meant is a guess this library does not make.
 
     Only this deadline's own expiry becomes DeadlineExceeded. A TimeoutError raised inside
     the block for any other reason (a request's or a stream's own timeout) is not the
     caller's deadline and passes through as it is; a DeadlineExceeded of a nested, earlier
     deadline passes through too.
     """
+    if deadline is not None and deadline.tzinfo is None:
+        raise SpecError(f"{field}: {deadline.isoformat()} has no time zone; give an aware "
+                        "time, such as datetime.now(UTC) + timedelta(minutes=5)", field=field)
     left = remaining(deadline)
     if left is not None and left <= 0:
         raise DeadlineExceeded(f"{what}: the deadline had passed before the call started")

@@ -22,7 +22,7 @@ async def run_job(backend: dk.Backend, command: str) -> str:
         await backend.open(ref)  # start() left it closed behind dispatch's gate
         # A watch, not a poll: returns as soon as the server reports the end.
         obs = await backend.wait(ref, dk.ObjectState.SUCCEEDED, dk.ObjectState.FAILED)
-        async with await backend.output(job, rank=0) as log:
+        async with backend.output(job, rank=0) as log:
             return f"{obs.state}: {(await log.read()).decode()}"
     finally:
         await backend.stop_job(job, "done")
@@ -30,7 +30,7 @@ async def run_job(backend: dk.Backend, command: str) -> str:
 
 async def main() -> None:
     config = dk.AdapterConfig(backend="kubeflow", settings=SETTINGS)
-    async with await dk.open_backend(config) as backend:  # runs the preflight first
+    async with dk.open_backend(config) as backend:  # runs the preflight first
         jobs = (run_job(backend, f"echo job {n} is $DISPATCH_ATTEMPT") for n in range(2))
         for line in await asyncio.gather(*jobs):
             print(line, end="")

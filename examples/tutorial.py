@@ -65,7 +65,7 @@ async def rank_zero_log(backend: Backend, job: JobID, marker: str) -> str:
     async def has_marker() -> bool:
         nonlocal out
         try:
-            async with await backend.output(job, 0, OutputStream.STDOUT) as log:
+            async with backend.output(job, 0, OutputStream.STDOUT) as log:
                 out = (await log.read()).decode()
         except DispatchError:
             return False  # no pod of the current execution yet, or its log is not there

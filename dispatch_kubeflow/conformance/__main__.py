@@ -1,7 +1,9 @@
 """``python -m dispatch_kubeflow.conformance`` (or ``dispatch-conformance``): run the suite.
 
 Exit status: 0 when every check passed and cleaning up left nothing behind; 1 when a check
-failed (or was not run); 2 for bad arguments; 130 when interrupted (after cleaning up).
+failed (or was not run); 2 for bad arguments; 3 when the suite could not be set up (the
+cluster unreachable, its kubeconfig unreadable, a prerequisite missing: said once, with its
+cause); 130 when interrupted (after cleaning up).
 """
 
 from __future__ import annotations
@@ -48,7 +50,14 @@ def parser() -> argparse.ArgumentParser:
                    help=f"the ResourceFlavor of the suite's ClusterQueue (default: {FLAVOR})")
     p.add_argument("--admission-check", default=names.ADMISSION_CHECK,
                    help=f"the AdmissionCheck to list (default: {names.ADMISSION_CHECK})")
+    p.add_argument("--setup-timeout", type=float, default=30.0,
+                   help="seconds to reach the cluster and make the suite's namespace before "
+                        "the run is a setup failure, exit 3 (default: %(default)s)")
     return p
+
+
+EXIT_SETUP = 3
+"""The suite could not be set up: nothing was checked."""
 
 
 def _say(line: str) -> None:
@@ -86,17 +95,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = Options(kubeconfig=args.kubeconfig, context=args.context,
                       namespace=args.namespace, keep_going=args.keep_going,
                       runtime=args.runtime, image=args.image, flavor=args.flavor,
-                      admission_check=args.admission_check)
+                      admission_check=args.admission_check,
+                      setup_timeout=args.setup_timeout)
     try:
         summary = asyncio.run(_main(options))
-    except errors.DispatchError as exc:  # cannot even connect: say so in the suite's terms
+    except errors.DispatchError as exc:  # cannot even connect (the kubeconfig, say)
         _say(f"FAIL setup: {type(exc).__name__}: {exc}")
-        _say(f"0 passed, {len(CHECKS)} failed")
-        return 1
+        _say(f"0 passed, 0 failed, {len(CHECKS)} not run")
+        return EXIT_SETUP
     if summary is None:
         _say("conformance: interrupted")
         return 130
+    if summary.setup:
+        _say(f"FAIL setup: {summary.setup}")
     _say(summary.line)
+    if summary.setup:
+        return EXIT_SETUP
     return 0 if summary.ok else 1
 
 

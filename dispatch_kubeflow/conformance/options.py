@@ -31,3 +31,6 @@ class Options:
     """Seconds the job's pods keep running after SIGTERM (at most 25: grace is 30 s)."""
     quiet: float = 5.0
     """Seconds a closed or held job is watched for a pod or an admission that must not come."""
+    setup_timeout: float = 30.0
+    """Seconds to reach the cluster and make the suite's namespace and queues, after which
+    the run is a setup failure (one line, exit 3) rather than every check failing."""

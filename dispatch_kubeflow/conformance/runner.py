@@ -15,6 +15,7 @@ from dispatch_kubeflow.conformance.options import Options
 from dispatch_kubeflow.conformance.registry import CheckFailed
 from dispatch_kubeflow.conformance.suite import Suite
 from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.waits import deadline_after, within
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,9 @@ class Summary:
     results: tuple[CheckResult, ...]
     cleanup_problems: tuple[str, ...] = ()
     namespace: str = ""
+    setup: str = ""
+    """Why the suite could not be set up (the cluster unreachable, a prerequisite missing):
+    then no check ran."""
 
     @property
     def passed(self) -> int:
@@ -54,7 +58,8 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0 and self.not_run == 0 and self.passed == len(all_checks())
+        return (not self.setup and self.failed == 0 and self.not_run == 0
+                and self.passed == len(all_checks()))
 
     @property
     def line(self) -> str:
@@ -74,14 +79,20 @@ async def run(options: Options, *, out: Callable[[str], None] = print) -> Summar
     made: Made = []
     suite: Suite | None = None
     problems: list[str] = []
+    setup = ""
     try:
         try:
-            await make_queues(kube, ns, options, made)
+            # Bounded: an unreachable cluster is retried as a transient failure, which
+            # would otherwise take the whole transient window, silently.
+            async with within(deadline_after(options.setup_timeout),
+                              f"reaching the cluster and making namespace {ns}"):
+                await make_queues(kube, ns, options, made)
         except (CheckFailed, errors.DispatchError) as exc:
-            # Nothing can be checked without the queues: every check fails with the reason.
-            for c in all_checks():
-                results.append(CheckResult(c.name, False, f"could not set up {ns}: {exc}"))
-                out(results[-1].line)
+            # Nothing can be checked without the queues: one setup failure, no check run.
+            setup = f"{type(exc).__name__}: {exc}" if isinstance(exc, errors.DispatchError) \
+                else str(exc)
+            results.extend(CheckResult(c.name, None, "not run: the setup failed")
+                           for c in all_checks())
         else:
             out(f"conformance: namespace {ns}, ClusterQueue {ns}, LocalQueue {ns}/lq")
             suite = Suite(options, kube, ns)
@@ -98,7 +109,7 @@ async def run(options: Options, *, out: Callable[[str], None] = print) -> Summar
             out(f"FAIL cleanup: {p}")
         if made and not problems:
             out(f"conformance: removed namespace {ns} and ClusterQueue {ns}")
-    return Summary(tuple(results), tuple(problems), ns)
+    return Summary(tuple(results), tuple(problems), ns, setup)
 
 
 async def _run_checks(suite: Suite, options: Options, results: list[CheckResult],

@@ -162,7 +162,7 @@ async def read_identity(suite: Suite, want_admissions: int, limit: float = 120) 
 async def _read_to_marker(backend: Backend, job: JobID) -> str | None:
     """Rank 0's log up to the marker line; None when the log ends before it."""
     got = b""
-    async with await backend.output(job, 0, OutputStream.STDOUT, follow=True) as log:
+    async with backend.output(job, 0, OutputStream.STDOUT, follow=True) as log:
         async for chunk in log:
             got += chunk
             if MARKER.encode() in got:

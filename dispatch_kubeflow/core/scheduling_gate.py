@@ -48,8 +48,9 @@ def gate_op(pod: Obj) -> dict[str, Any] | None:
     if gated(pod):
         return None
     gate = {"name": names.EXECUTION_GATE}
-    if "schedulingGates" in (pod.get("spec") or {}):
+    if isinstance((pod.get("spec") or {}).get("schedulingGates"), list):
         return {"op": "add", "path": "/spec/schedulingGates/-", "value": gate}
+    # absent, or null: the whole list (appending to null would fail the pod's creation)
     return {"op": "add", "path": "/spec/schedulingGates", "value": [gate]}
 
 

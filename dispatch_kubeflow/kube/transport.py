@@ -222,6 +222,7 @@ class Kube:
         A SettingsError names the settings field at fault: ``cluster.kubeconfig`` (no such
         file, or one that does not load), ``cluster.inCluster`` (no service account here).
         """
+        import yaml  # kubernetes_asyncio's own YAML loader, for its error type
         from kubernetes_asyncio import client as k8s_client
         from kubernetes_asyncio import config as k8s_config
 
@@ -239,11 +240,13 @@ class Kube:
                 await k8s_config.load_kube_config(
                     config_file=kubeconfig, context=context, client_configuration=cfg
                 )
-            except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+            except (k8s_config.ConfigException, OSError, TypeError, ValueError,
+                    yaml.YAMLError) as exc:  # not YAML at all: one line, not a traceback
                 where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
                 how = f" with context {context}" if context else ""
+                why = " ".join(str(exc).split())  # a YAML error spans lines: one line here
                 raise errors.SettingsError(
-                    f"cluster.kubeconfig: cannot load {where}{how}: {exc}",
+                    f"cluster.kubeconfig: cannot load {where}{how}: {why}",
                     field="cluster.kubeconfig") from exc
         return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout,
                    transient_window=transient_window)

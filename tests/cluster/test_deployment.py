@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from admission.webhook_config import MUTATING_WEBHOOK_CONFIGURATION
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
@@ -327,3 +328,34 @@ async def test_a_cut_off_worker_holds_back_the_next_execution_until_it_heals(
     assert again["metadata"]["name"] != pod["metadata"]["name"]
     assert await raised_events(kube, ns, tj, want=2) == 2
     assert await workload(kube, ns, tj) is not None
+
+
+async def test_an_edited_webhook_configuration_is_put_back(
+        kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    """Issue 28: the configuration was written only when the controller started: its caBundle
+    wiped, every dispatch pod was refused until a restart; its match condition dropped,
+    every update of a dispatch pod waited on the webhook. The leader now puts it back, and
+    pods get their identity."""
+    await admission.deployed(kube)
+    cfg = MUTATING_WEBHOOK_CONFIGURATION
+    was = await kube.get(cfg, names.WEBHOOK_CONFIGURATION)
+    hook = was["webhooks"][0]
+    ca, conditions = hook["clientConfig"]["caBundle"], hook["matchConditions"]
+    hook["clientConfig"]["caBundle"] = ""
+    del hook["matchConditions"]
+    await kube.replace(cfg, was)
+
+    async def back() -> Obj | None:
+        cur = await kube.get(cfg, names.WEBHOOK_CONFIGURATION)
+        h = cur["webhooks"][0]
+        return cur if h["clientConfig"].get("caBundle") and h.get("matchConditions") else None
+
+    restored = (await eventually(back, 30, "the configuration written again"))["webhooks"][0]
+    assert (restored["clientConfig"]["caBundle"], restored["matchConditions"]) == (ca, conditions)
+    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
+    await wait_ready(kube, ns, tj)
+    labels = {**dispatch_labels(job_id), names.JOBSET_NAME_LABEL: tj,
+              names.RESTART_ATTEMPT_LABEL: "0"}
+    out = await kube.create(r.POD, _pod(ns, labels), ns, dry_run=True)
+    env = {e["name"]: e.get("value") for e in out["spec"]["containers"][0].get("env") or []}
+    assert env[names.ENV_ATTEMPT] == f"{job_id}.1.1.1.0", dump_logs(admission)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -125,12 +126,34 @@ def test_command_line() -> None:
     assert (args.kubeconfig, args.namespace, args.keep_going) == ("/k", "ns", True)
 
 
-def test_a_cluster_it_cannot_connect_to_fails_every_check(
+def test_a_kubeconfig_it_cannot_read_is_one_setup_failure(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--kubeconfig", str(tmp_path / "missing")]) == 1
+    assert main(["--kubeconfig", str(tmp_path / "missing")]) == 3
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("FAIL setup: SettingsError: cluster.kubeconfig: no such file")
-    assert out[1:] == [f"0 passed, {len(CHECKS)} failed"]
+    assert out[1:] == [f"0 passed, 0 failed, {len(CHECKS)} not run"]
+
+
+def test_an_unreachable_cluster_is_one_setup_failure_within_its_timeout(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 29: it stayed silent for 29 s, then printed the same connection error seven
+    times and "0 passed, 7 failed"."""
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    started = time.monotonic()
+    assert main(["--kubeconfig", str(kc), "--setup-timeout", "2"]) == 3
+    took = time.monotonic() - started
+    out = capsys.readouterr().out.splitlines()
+    fails = [line for line in out if line.startswith("FAIL")]
+    assert len(fails) == 1, out
+    assert fails[0].startswith("FAIL setup: ")
+    assert "127.0.0.1" in fails[0] or "reaching the cluster" in fails[0], fails[0]
+    assert out[-1] == f"0 passed, 0 failed, {len(CHECKS)} not run"
+    assert took < 10, took
 
 
 # --- the registry: one list of checks, and the documents that list them ------------------------

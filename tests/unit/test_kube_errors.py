@@ -299,6 +299,14 @@ async def test_a_missing_kubeconfig_names_the_field(tmp_path: Path) -> None:
         await Kube.connect(kubeconfig=str(broken))
     assert err.value.field == "cluster.kubeconfig"
     assert str(err.value).startswith(f"cluster.kubeconfig: cannot load {broken}: ")
+    # Not YAML at all (issue 29: a 102-line YAML traceback): one line naming the field.
+    not_yaml = tmp_path / "not-yaml.kubeconfig"
+    not_yaml.write_text("clusters: [\n")
+    with pytest.raises(errors.SettingsError) as err:
+        await Kube.connect(kubeconfig=str(not_yaml))
+    assert err.value.field == "cluster.kubeconfig"
+    assert str(err.value).startswith(f"cluster.kubeconfig: cannot load {not_yaml}: ")
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.asyncio(loop_scope="session")

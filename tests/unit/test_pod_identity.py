@@ -14,14 +14,16 @@ import pytest
 from admission import tls
 from admission.observability import Metrics
 from admission.pod_identity import (
-    GATE_LIFT_OR_CREATE,
-    PATH,
-    ClientConfig,
     Denied,
     WebhookServer,
     env_patch,
     identity_for,
     review,
+)
+from admission.webhook_config import (
+    GATE_LIFT_OR_CREATE,
+    PATH,
+    ClientConfig,
     webhook_configuration,
 )
 from dispatch_kubeflow import errors
@@ -164,6 +166,10 @@ async def test_an_admitted_pod_is_gated_and_a_reinvocation_gates_it_once() -> No
     other["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
     assert _ops(await _review(other, trainjob("1")))[-1] == {
         "op": "add", "path": "/spec/schedulingGates/-", "value": {"name": names.EXECUTION_GATE}}
+    null = pod()
+    null["spec"]["schedulingGates"] = None
+    assert _ops(await _review(null, trainjob("1")))[-1] == {
+        "op": "add", "path": "/spec/schedulingGates", "value": [{"name": names.EXECUTION_GATE}]}
     again = _stored(pod(), "1", "a")  # the webhook called again after another's mutation
     assert all("schedulingGates" not in o["path"]
                for o in _ops(await _review(again, trainjob("1"))))

@@ -15,7 +15,7 @@ EXPECTED = {
     "ObjectRef", "ObjectState", "Observation", "ObserveOnlyError", "OutputStream",
     "ReleaseOutcome", "RuntimeRef", "Settings",
     "SettingsError", "SpecError", "StartRequest", "StopReport", "UnsupportedError",
-    "factory", "open_backend", "register", "registered",
+    "factory", "open_backend", "register", "registered", "__version__",
 }
 
 BACKEND_PUBLIC = {"connect", "close", "capabilities", "start", "open", "inspect", "hold",
