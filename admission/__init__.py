@@ -23,7 +23,7 @@ Three layers:
   re-reads through :class:`dispatch_kubeflow.kube.KubeAPI` (the Workload, a live list of the
   job's pods, the TrainJob, the Lease), so kopf's indexes only say *when* to look, never
   *what is true*; Kube's error mapping, retries and counters apply to every write.
-* **Pure decisions**: :func:`admission.readmission.decide` and
+* **Pure decisions**: :func:`admission.decision.decide` and
   :func:`dispatch_kubeflow.core.admission_count.plan_admission`, :mod:`admission.checks`,
   :mod:`admission.holds`, the webhook's :func:`~admission.pod_identity.identity_for`, and the
   Lease rules of :mod:`admission.lease` are functions of the objects, unit-tested without a
@@ -34,7 +34,9 @@ decision is about several objects at once (a pod's deletion re-judges its job's 
 so kopf's per-object handlers only enqueue, and workers judge level-triggered.
 
 Each concept has its own module: :mod:`~admission.lease`, :mod:`~admission.checks`,
-:mod:`~admission.readmission`, :mod:`~admission.holds`, :mod:`~admission.webhook`,
+:mod:`~admission.decision` (what to do with a Workload, pure), :mod:`~admission.readmission`
+(doing it: :mod:`~admission.triggers` says when, :mod:`~admission.reads` what it reads),
+:mod:`~admission.gate_lift`, :mod:`~admission.holds`, :mod:`~admission.webhook`,
 :mod:`~admission.tls`, :mod:`~admission.observability`; :mod:`~admission.app` wires the parts
 and orders their start and stop.
 """

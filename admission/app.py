@@ -208,7 +208,7 @@ class Controller:
                     f"{len(v)} {k}" for k, v in lacking.items() if v))
             await asyncio.sleep(interval)
         self.warm.set()
-        self.readmission.warm = True
+        self.readmission.triggers.warm = True
         log.info("indexes warm", extra={"identity": self.config.identity,
                                         "warm_up_ms": round((time.monotonic() - started) * 1e3)})
         self._spawn(self.readmission.run(), "readmission")

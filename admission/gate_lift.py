@@ -21,7 +21,7 @@ from admission.faults import Faults
 from admission.intake import Feed, Key, Obj, key_of
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
-from admission.workqueue import WorkQueue
+from admission.workqueue import WorkQueue, serve
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.execution import is_alive
 from dispatch_kubeflow.core.objects import labels_of, meta
@@ -85,24 +85,8 @@ class GateLift:
                 self.queue.add(key)
 
     async def run(self) -> None:
-        await asyncio.gather(*(self._worker() for _ in range(self.workers)))
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                if await self.lift(key):
-                    self.queue.forget(key)
-                else:
-                    self.queue.retry(key)
-            except asyncio.CancelledError:
-                raise
-            except errors.KubeError as exc:
-                delay = self.queue.retry(key)
-                log.warning("pod %s/%s: cannot lift its gate: %s; retrying in %.1fs", *key,
-                            exc, delay)
-            finally:
-                self.queue.done(key)
+        await asyncio.gather(*(serve(self.queue, self.lift, what="pod gate lift of")
+                               for _ in range(self.workers)))
 
     async def lift(self, key: Key) -> bool:
         """Ask for the lift of ``key``'s gate; False while the webhook refuses it."""

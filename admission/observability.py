@@ -9,11 +9,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -146,6 +147,53 @@ class EventRecorder:
         except errors.KubeError as exc:
             log.warning("cannot record event %s on %s/%s: %s", reason, namespace,
                         meta.get("name"), exc)
+
+
+class BackgroundEvents:
+    """Events recorded in the background, off a decision's critical path: the next write
+    does not wait for them. At most ``limit`` at once; beyond it one is dropped, with a
+    warning (Events are advice; decisions must not wait for them)."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> None:
+        if len(self._tasks) >= self.limit:
+            coro.close()
+            log.warning("not recording event %s: %d events in flight already", what,
+                        len(self._tasks))
+            return
+        task = asyncio.get_running_loop().create_task(coro, name=f"event {what}")
+        self._tasks.add(task)
+        task.add_done_callback(self._recorded)
+
+    def _recorded(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()  # the recorder logs API errors itself: this is a bug
+        if exc is not None:
+            log.error("%s failed", task.get_name(), exc_info=exc)
+
+    async def settle(self) -> None:
+        """Wait until no Event is being recorded (tests; the recorder never raises)."""
+        while self._tasks:
+            await asyncio.gather(*set(self._tasks), return_exceptions=True)
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """Give the Events in flight ``timeout`` seconds to be recorded, then cancel them."""
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("stopping: %d events not recorded", len(pending))
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def parse_listen(value: str) -> tuple[str, int]:

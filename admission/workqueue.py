@@ -8,8 +8,13 @@ back after an exponential backoff.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+import logging
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
+
+from dispatch_kubeflow.core import errors
+
+log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 
@@ -72,3 +77,36 @@ class WorkQueue(Generic[K]):
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+
+
+async def serve(queue: WorkQueue[K], reconcile: Callable[[K], Awaitable[bool]], *, what: str,
+                failed: Callable[[], None] = lambda: None) -> None:
+    """One worker: take a key, reconcile it, forever. ``reconcile`` answers True when the
+    key is done (its backoff forgotten) and False when it must come back after its backoff.
+    A failure (an API error, or a bug: logged with its traceback) brings the key back after
+    its backoff too and calls ``failed`` (a metric); one key's failure never stops the
+    worker, nor the others' keys."""
+    while True:
+        key = await queue.get()
+        try:
+            if await reconcile(key):
+                queue.forget(key)
+            else:
+                queue.retry(key)
+        except asyncio.CancelledError:
+            raise
+        except errors.KubeError as exc:
+            delay = queue.retry(key)
+            failed()
+            log.warning("%s %s: %s; retrying in %.1fs", what, _name(key), exc, delay)
+        except Exception:
+            delay = queue.retry(key)
+            failed()
+            log.exception("%s %s: unexpected failure; retrying in %.1fs", what, _name(key),
+                          delay)
+        finally:
+            queue.done(key)
+
+
+def _name(key: object) -> str:
+    return "/".join(map(str, key)) if isinstance(key, tuple) else str(key)

@@ -588,7 +588,7 @@ async def test_without_the_fence_the_same_frozen_leader_approves_over_old_pods(
 async def test_server_side_apply_honours_the_resource_version_in_the_body(
         kube: Kube, ns: str) -> None:
     """The fence rests on this: an apply whose body names a stale resourceVersion is 409."""
-    from admission.readmission import check_apply
+    from admission.decision import check_apply
 
     _, tj = await dispatch_job(kube, ns, SLOW_TERM, nodes=1)
     now = datetime.now(UTC)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from admission.readmission import check_apply, decide, waiting_message
+from admission.decision import check_apply, decide, waiting_message
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admission_token, eviction_count, plan_admission
 

@@ -14,8 +14,8 @@ from cryptography import x509
 
 from admission import checks, cli, holds, tls
 from admission.observability import JsonFormatter, parse_listen
-from admission.workqueue import WorkQueue
-from dispatch_kubeflow.core import names
+from admission.workqueue import WorkQueue, serve
+from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.kueue import is_our_check
 
 
@@ -112,6 +112,44 @@ async def test_workqueue_dedups_and_never_runs_a_key_twice_at_once() -> None:
     assert q.retry("c") == pytest.approx(0.01)
     assert await asyncio.wait_for(q.get(), 1) == "c"
     q.close()
+
+
+@pytest.mark.asyncio
+async def test_a_worker_outlives_a_keys_failure_and_brings_the_key_back(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """serve, shared by the readmission and the gate lift: an API error, a bug or a
+    not-yet (False) brings the key back after its backoff; the worker goes on with the
+    other keys, and each failure is counted."""
+    q: WorkQueue[tuple[str, str]] = WorkQueue(base_delay=0.01)
+    outcomes = {("ns", "api"): [errors.KubeConflict("conflict", status=409), True],
+                ("ns", "bug"): [RuntimeError("a bug"), True],
+                ("ns", "later"): [False, True], ("ns", "ok"): [True]}
+    seen: list[tuple[str, str]] = []
+    failures: list[int] = []
+    done = asyncio.Event()
+
+    async def reconcile(key: tuple[str, str]) -> bool:
+        seen.append(key)
+        outcome = outcomes[key].pop(0)
+        if not any(outcomes.values()):
+            done.set()
+        if isinstance(outcome, Exception):
+            raise outcome
+        return bool(outcome)
+
+    for key in outcomes:
+        q.add(key)
+    worker = asyncio.ensure_future(serve(q, reconcile, what="thing",
+                                         failed=lambda: failures.append(1)))
+    await asyncio.wait_for(done.wait(), 2)
+    worker.cancel()
+    await asyncio.gather(worker, return_exceptions=True)
+    q.close()
+    assert sorted(seen) == sorted([("ns", "api")] * 2 + [("ns", "bug")] * 2
+                                  + [("ns", "later")] * 2 + [("ns", "ok")])
+    assert len(failures) == 2  # the API error and the bug; a not-yet is no failure
+    assert "thing ns/bug: unexpected failure" in caplog.text
+    assert "thing ns/api: conflict" in caplog.text
 
 
 def test_generated_certificate_serves_the_hosts() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from admission.holds import HoldExpiry
-from admission.readmission import PENDING, READY, decide
+from admission.decision import PENDING, READY, decide
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import hold, names
 from dispatch_kubeflow.core.times import format_time

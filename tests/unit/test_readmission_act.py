@@ -21,14 +21,14 @@ from admission.faults import Faults
 from admission.intake import Caches, Feed
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
-from admission.readmission import (
+from admission.decision import (
     PENDING,
     READY,
-    Readmission,
     no_jobset_message,
     ready_message,
     waiting_message,
 )
+from admission.readmission import Readmission
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube.resources import (
     EVENT,
@@ -425,9 +425,9 @@ async def test_events_are_recorded_after_the_ready_write_and_failures_are_logged
 async def test_close_waits_for_the_events_in_flight() -> None:
     w = await world(0)
     await w.r._act(KEY, TJ)
-    assert w.r._events
+    assert len(w.r.background) > 0
     await w.r.aclose()
-    assert not w.r._events
+    assert len(w.r.background) == 0
     assert len(w.events("AdmissionCheckReady")) == 1
 
 
