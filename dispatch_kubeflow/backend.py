@@ -171,9 +171,9 @@ class Backend:
     # --- start, open, inspect -------------------------------------------------------------
     async def start(self, req: StartRequest) -> ObjectRef:
         """Start the job closed; returns its TrainJob's reference (idempotent)."""
-        start.validate(req)  # bad input is a SpecError even when observe-only
+        valid = start.validate(req)  # bad input is a SpecError even when observe-only
         self._refuse_if_observe_only("Start")
-        return await start.start(self._kube, self.settings, self._mode, req,
+        return await start.start(self._kube, self.settings, self._mode, valid,
                                  shared=self._informers)
 
     async def open(self, ref: ObjectRef | str) -> None:

@@ -94,12 +94,9 @@ async def test_a_copy_left_by_another_request_is_refused_not_replaced() -> None:
     k = await fake(1)
     k.max_yields = 0
     first, second = request(0), request(1)
-    _, name, image, _ = start_mod.validate(first)
     # An interrupted (or still running) Start of `first`: its copy, no TrainJob.
     await k.create(TRAINING_RUNTIME, start_mod.runtime_copy(
-        SOURCE, name=name, namespace="ns", labels=start_mod.job_labels(first),
-        digest=start_mod.spec_hash(first), image=image,
-        request=json.dumps(start_mod.request_doc(first))), "ns")
+        SOURCE, start_mod.validate(first), "ns"), "ns")
     with pytest.raises(errors.ConflictError, match="attempt 1 there, 2 here") as exc:
         await start_mod.start(as_kube(k), PLAIN, PLAIN_MODE, second)
     assert "start that request again" in str(exc.value)
@@ -116,11 +113,9 @@ async def test_a_copy_swapped_under_start_makes_it_delete_its_own_trainjob() -> 
     k = await fake(2)
     k.max_yields = 0
     mine, other = request(0), request(1)
-    _, name, image, _ = start_mod.validate(other)
-    other_copy = start_mod.runtime_copy(
-        SOURCE, name=name, namespace="ns", labels=start_mod.job_labels(other),
-        digest=start_mod.spec_hash(other), image=image,
-        request=json.dumps(start_mod.request_doc(other)))
+    valid_other = start_mod.validate(other)
+    name = valid_other.name
+    other_copy = start_mod.runtime_copy(SOURCE, valid_other, "ns")
     swapped = False
 
     def swap(verb: str, res: Any, _name: str) -> None:

@@ -36,14 +36,16 @@ def request(**over: Any) -> StartRequest:
 
 
 def test_valid() -> None:
-    req, name, image, runtime = validate(request())
-    assert name == f"dj-{JOB.lower()}-s1"
-    assert (image, runtime) == (IMAGE, RUNTIME)
-    assert req.job is JOB
+    v = validate(request())
+    assert v.name == f"dj-{JOB.lower()}-s1"
+    assert (v.image, v.runtime) == (IMAGE, RUNTIME)
+    assert v.request.job is JOB
+    assert v.digest == spec_hash(request())
+    assert validate(v) is v  # validated once: a Validated passes as it is
 
 
 def test_string_job_is_normalised() -> None:
-    req, *_ = validate(request(job=str(JOB).lower()))
+    req = validate(request(job=str(JOB).lower())).request
     assert isinstance(req.job, JobID)
     assert req.job == JOB
 
@@ -86,12 +88,12 @@ def test_hash_tracks_the_request() -> None:
 
 
 def test_trainjob_is_closed_and_labelled() -> None:
-    req, name, image, _ = validate(request())
-    body = trainjob_body(req, SETTINGS, select_mode(SETTINGS), name=name, image=image,
-                         digest="sha256:d")
+    v = validate(request())
+    name = v.name
+    body = trainjob_body(v, SETTINGS, select_mode(SETTINGS))
     meta = body["metadata"]
     assert meta["annotations"][names.ADMISSION_GATED_BY] == names.GATE
-    assert meta["annotations"][names.SPEC_HASH] == "sha256:d"
+    assert meta["annotations"][names.SPEC_HASH] == v.digest
     assert meta["labels"][names.QUEUE_NAME_LABEL] == "lq"
     assert meta["labels"][names.PRIORITY_CLASS_LABEL] == "low"
     assert meta["labels"][names.JOB_ID_LABEL] == str(JOB)
@@ -103,8 +105,7 @@ def test_trainjob_is_closed_and_labelled() -> None:
 
 def test_plain_trainjob_has_no_kueue_marks() -> None:
     plain = Settings.parse({"namespace": "t", "probeRuntime": {"name": "r"}})
-    req, name, image, _ = validate(request())
-    body = trainjob_body(req, plain, select_mode(plain), name=name, image=image, digest="d")
+    body = trainjob_body(validate(request()), plain, select_mode(plain))
     assert names.ADMISSION_GATED_BY not in body["metadata"]["annotations"]
     assert names.QUEUE_NAME_LABEL not in body["metadata"]["labels"]
     assert body["spec"]["suspend"] is True
@@ -118,9 +119,12 @@ def test_runtime_copy_labels_every_template() -> None:
                 "containers": [{"name": "node", "image": "x"}]}}}}},
             {"name": "init", "template": {"metadata": {"labels": {"k": "v"}}}},
         ]}}}}
-    labels = {names.JOB_ID_LABEL: str(JOB)}
-    copy = runtime_copy(source, name="n", namespace="ns", labels=labels, digest="d", image=IMAGE)
+    v = validate(request())
+    labels = v.labels
+    copy = runtime_copy(source, v, "ns")
     assert copy["kind"] == "TrainingRuntime"
+    assert copy["metadata"]["name"] == v.name
+    assert copy["metadata"]["annotations"][names.SPEC_HASH] == v.digest
     assert copy["metadata"]["labels"] == {"a": "b", **labels}
     assert copy["spec"]["template"]["metadata"]["labels"] == labels
     for rj in copy["spec"]["template"]["spec"]["replicatedJobs"]:

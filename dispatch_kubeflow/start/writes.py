@@ -1,47 +1,18 @@
-"""Start: a runtime copy and a closed TrainJob, then wait for Kueue's Workload.
-
-Order of writes, after every input was validated and the source runtime read:
-
-1. the runtime copy — a namespaced TrainingRuntime named as the TrainJob, copied from the
-   named (Cluster)TrainingRuntime, with dispatch's labels added to every replicatedJob's
-   Job and pod template so every Job and pod of the job carries them. It must exist before
-   the TrainJob: Trainer's TrainJob webhook refuses a TrainJob whose TrainingRuntime is
-   not there ("specified trainingRuntime must be created before the TrainJob is created").
-2. the TrainJob, suspended, closed by the start gate (Kueue: ``admission-gated-by``), with
-   dispatch's labels, Kueue's queue and priority-class labels, and the spec hash.
-3. the copy's ownerReference to the TrainJob, so the garbage collector removes it.
-
-Concurrent Starts of one job and submission are linearizable: the copy is created once
-(by name), and its spec hash decides which request may make the TrainJob. Start never
-deletes or changes another request's copy; a TrainJob is kept only if, after it was made,
-the copy still carries its request's hash (else it is deleted again under its UID, before
-anything ran), and the owner patch carries the copy's resourceVersion. So exactly one
-request's TrainJob exists, built from that request's copy; callers of the same request get
-its reference, callers of another get a ConflictError naming what differs.
-
-A Start interrupted between these steps leaves objects labelled with the job id, which
-``find``/StopJob find, and which a repeated Start of the same request completes (another
-request is refused, naming the interrupted one, until StopJob removes it). What the mode adds
-(:class:`StartMode`): Kueue's queue labels and gate, and in Kueue mode Start returns once
-Kueue made the Workload (``kueue.x-k8s.io/job-uid=<TrainJob uid>``).
-"""
+"""Start's writes: the runtime copy, the closed TrainJob, the copy's owner, each fenced, in
+rounds that judge again whatever a concurrent Start or StopJob changed (the proof is the
+package's docstring)."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
-import dataclasses
-import hashlib
-import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.execution import UNBOUNDED_RESTARTS, unbounded_restarts
-from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta, metadata_only
+from dispatch_kubeflow.core.objects import annotations_of, meta, metadata_only
 from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.kube import KubeAPI, retry
 from dispatch_kubeflow.kube.resources import (
@@ -51,193 +22,23 @@ from dispatch_kubeflow.kube.resources import (
 )
 from dispatch_kubeflow.model import (
     KIND_CLUSTER_TRAINING_RUNTIME,
-    KIND_TRAINING_RUNTIME,
-    Image,
-    JobID,
     ObjectRef,
     RuntimeRef,
     StartRequest,
 )
 from dispatch_kubeflow.settings import Settings
+from dispatch_kubeflow.start.spec import (
+    TRAINJOB_API_VERSION,
+    StartMode,
+    Validated,
+    owner_reference,
+    runtime_copy,
+    trainjob_body,
+    validate,
+    what_differs,
+)
 
-_RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-TRAINJOB_API_VERSION = f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}"
 log = logging.getLogger(__name__)
-
-
-# --- validation (pure) ------------------------------------------------------------------------
-
-
-def validate(req: StartRequest) -> tuple[StartRequest, str, Image, RuntimeRef]:
-    """Check a request before anything is written.
-
-    Returns the request with its job id normalised, the TrainJob name, image and runtime.
-    """
-    if not isinstance(req, StartRequest):
-        raise errors.SpecError("request: must be a StartRequest", field="request")
-    if not isinstance(req.job, JobID):
-        req = dataclasses.replace(req, job=JobID(req.job))
-    req.validate()
-    image = req.spec.extension(Image)
-    if image is None:
-        raise errors.SpecError(
-            "spec.extensions.Image: missing; the kubeflow backend needs an Image extension "
-            "(Image(ref='registry/image:tag'))", field="spec.extensions.Image")
-    if not image.ref or any(c.isspace() for c in image.ref):
-        raise errors.SpecError(f"spec.extensions.Image.ref: {image.ref!r} is not an image "
-                               "reference", field="spec.extensions.Image.ref")
-    if image.pull_policy is not None and image.pull_policy not in _PULL_POLICIES:
-        raise errors.SpecError(
-            f"spec.extensions.Image.pull_policy: must be one of {', '.join(_PULL_POLICIES)}, "
-            f"got {image.pull_policy!r}", field="spec.extensions.Image.pull_policy")
-    runtime = req.spec.extension(RuntimeRef)
-    if runtime is None:
-        raise errors.SpecError(
-            "spec.extensions.RuntimeRef: missing; the kubeflow backend needs a RuntimeRef "
-            "extension "
-            "(RuntimeRef(kind='ClusterTrainingRuntime', runtime='<name>'))",
-            field="spec.extensions.RuntimeRef")
-    if runtime.kind not in (KIND_CLUSTER_TRAINING_RUNTIME, KIND_TRAINING_RUNTIME):
-        raise errors.SpecError(
-            f"spec.extensions.RuntimeRef.kind: must be {KIND_CLUSTER_TRAINING_RUNTIME} or "
-            f"{KIND_TRAINING_RUNTIME}, got {runtime.kind!r}",
-            field="spec.extensions.RuntimeRef.kind")
-    if not isinstance(runtime.runtime, str) or not _SUBDOMAIN.match(runtime.runtime):
-        raise errors.SpecError(
-            f"spec.extensions.RuntimeRef.runtime: {runtime.runtime!r} is not a Kubernetes "
-            "name", field="spec.extensions.RuntimeRef.runtime")
-    name = names.trainjob_name(req.job, req.submission)
-    if len(name) > 63 or not _RFC1035.match(name):
-        raise errors.SpecError(
-            f"submission: the TrainJob name {name!r} would be {len(name)} characters; a "
-            "TrainJob name must be an RFC 1035 label of at most 63", field="submission")
-    return req, name, image, runtime
-
-
-def request_doc(req: StartRequest) -> dict[str, Any]:
-    """Everything in the request that shapes the job (what the spec hash digests)."""
-    image = req.spec.extension(Image)
-    runtime = req.spec.extension(RuntimeRef)
-    return {
-        "job": str(req.job), "submission": req.submission, "attempt": req.attempt,
-        "command": list(req.spec.command), "nodes": req.spec.nodes,
-        "image": image.ref if image else None,
-        "pullPolicy": image.pull_policy if image else None,
-        "runtime": [runtime.kind, runtime.runtime] if runtime else None,
-    }
-
-
-def _canonical(doc: Mapping[str, Any]) -> str:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
-
-
-def spec_hash(req: StartRequest) -> str:
-    """A digest of everything in the request that shapes the job."""
-    return "sha256:" + hashlib.sha256(_canonical(request_doc(req)).encode()).hexdigest()
-
-
-def what_differs(obj: Mapping[str, Any], mine: Mapping[str, Any]) -> str:
-    """Name what differs between the request ``obj`` was made from and ``mine`` (pure)."""
-    raw = annotations_of(obj).get(names.REQUEST)
-    try:
-        theirs = json.loads(raw) if raw else None
-    except ValueError:
-        theirs = None
-    if not isinstance(theirs, dict):  # made before the request was recorded
-        return f"its spec-hash is {annotations_of(obj).get(names.SPEC_HASH) or 'none'}"
-    diffs = [f"{k} {theirs.get(k)!r} there, {mine.get(k)!r} here"
-             for k in sorted(set(theirs) | set(mine)) if theirs.get(k) != mine.get(k)]
-    return "; ".join(diffs) or "its spec-hash differs"
-
-
-def job_labels(req: StartRequest) -> dict[str, str]:
-    return {
-        names.JOB_ID_LABEL: str(req.job),
-        names.SUBMISSION_LABEL: str(req.submission),
-        names.ATTEMPT_LABEL: str(req.attempt),
-        names.MANAGED_BY_LABEL: names.MANAGED_BY,
-    }
-
-
-def runtime_copy(source: Mapping[str, Any], *, name: str, namespace: str,
-                 labels: Mapping[str, str], digest: str, image: Image,
-                 request: str | None = None) -> dict[str, Any]:
-    """The namespaced TrainingRuntime copy of ``source`` with dispatch's labels (pure)."""
-    spec = copy.deepcopy(source.get("spec") or {})
-    # The JobSet's own metadata comes from the template's, so StopJob finds it by label too.
-    jobset_tpl = spec.setdefault("template", {})
-    jobset_tpl.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
-    for rj in (((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []):
-        job_tpl = rj.setdefault("template", {})
-        job_tpl.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
-        pod_tpl = job_tpl.setdefault("spec", {}).setdefault("template", {})
-        pod_tpl.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
-        if image.pull_policy:
-            for container in (pod_tpl.get("spec") or {}).get("containers") or []:
-                if container.get("name") == names.TRAINER_CONTAINER:
-                    container["imagePullPolicy"] = image.pull_policy
-    return {
-        "apiVersion": TRAINJOB_API_VERSION,
-        "kind": names.KIND_TRAINING_RUNTIME,
-        "metadata": {
-            "name": name, "namespace": namespace,
-            "labels": {**(labels_of(source)), **labels},
-            "annotations": {names.SPEC_HASH: digest,
-                            **({names.REQUEST: request} if request else {})},
-        },
-        "spec": spec,
-    }
-
-
-class StartMode(Protocol):
-    """What Start needs of the mode."""
-
-    def trainjob_labels(self) -> dict[str, str]:
-        """The labels a TrainJob carries in this mode (Kueue's queue and priority class)."""
-        ...
-
-    def closed_annotations(self) -> dict[str, str]:
-        """The annotations a new TrainJob carries so it starts closed (Kueue's gate)."""
-        ...
-
-    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any],
-                      shared: Informers | None = None) -> None:
-        """What Start waits for once the TrainJob is made (Kueue: its Workload), watching
-        through ``shared`` (the Backend's informers) when given."""
-        ...
-
-
-def trainjob_body(req: StartRequest, settings: Settings, mode: StartMode, *, name: str,
-                  image: Image, digest: str) -> dict[str, Any]:
-    """The TrainJob, created suspended and closed (pure)."""
-    labels = {**job_labels(req), **mode.trainjob_labels()}
-    return {
-        "apiVersion": TRAINJOB_API_VERSION,
-        "kind": "TrainJob",
-        "metadata": {
-            "name": name, "namespace": settings.namespace, "labels": labels,
-            "annotations": {**mode.closed_annotations(),
-                            names.SPEC_HASH: digest,
-                            names.REQUEST: _canonical(request_doc(req))},
-        },
-        "spec": {
-            "runtimeRef": {"apiGroup": names.TRAINER_GROUP, "kind": names.KIND_TRAINING_RUNTIME,
-                           "name": name},
-            "trainer": {"image": image.ref, "command": list(req.spec.command),
-                        "numNodes": req.spec.nodes},
-            "suspend": True,
-        },
-    }
-
-
-def owner_reference(trainjob: Mapping[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": TRAINJOB_API_VERSION, "kind": "TrainJob",
-            "name": meta(trainjob)["name"], "uid": meta(trainjob)["uid"], "controller": True}
-
-
-# --- the writes --------------------------------------------------------------------------------
 
 
 # Trainer's and Kueue's TrainJob webhooks look the runtime up in their informer caches, which
@@ -294,7 +95,7 @@ _ROUNDS = 4
 
 
 async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
-                req: StartRequest, *, shared: Informers | None = None) -> ObjectRef:
+                req: StartRequest | Validated, *, shared: Informers | None = None) -> ObjectRef:
     """Start ``req`` closed; see the module docstring.
 
     Linearizable per job and submission: the runtime copy (one name, created once) decides
@@ -303,10 +104,8 @@ async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
     made only while the copy carries this request's hash, and kept only if it still does
     afterwards (Trainer builds the JobSet from whatever copy has the name).
     """
-    req, name, image, runtime = validate(req)
-    ns = settings.namespace
-    mine = request_doc(req)
-    digest = spec_hash(req)
+    v = validate(req)
+    ns, name, digest, mine = settings.namespace, v.name, v.digest, v.doc
     what_tj, what_rt = f"TrainJob {ns}/{name}", f"TrainingRuntime {ns}/{name}"
     # One budget for the webhooks' cache lag across the fast path and the rounds.
     lag_until = retry.now() + settings.timeouts.start.total_seconds()
@@ -319,11 +118,11 @@ async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
 
     source: dict[str, Any] | None
     try:
-        source = await _read_runtime(kube, ns, runtime)
+        source = await _read_runtime(kube, ns, v.runtime)
     except errors.SpecError:
         source = None  # a repeated Start needs no runtime; the rounds say so if one does
-    tj = (await _fresh(kube, ns, name, source, req, settings, mode, image, digest, mine,
-                       patience=lag_left(), runtime_there=copy_there)
+    tj = (await _fresh(kube, ns, source, v, settings, mode, patience=lag_left(),
+                       runtime_there=copy_there)
           if source is not None else None)
     if tj is None:  # not the first Start, or raced: judge from what is there
         for _ in range(_ROUNDS):
@@ -336,10 +135,10 @@ async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
             rt = await kube.get_or_none(TRAINING_RUNTIME, name, ns)
             if rt is None:
                 if source is None:
-                    source = await _read_runtime(kube, ns, runtime)
+                    source = await _read_runtime(kube, ns, v.runtime)
                 try:
                     # Idempotent by name: of concurrent creates one wins, the others judge again.
-                    rt = await _create_copy(kube, ns, name, source, req, image, digest, mine)
+                    rt = await _create_copy(kube, ns, source, v)
                 except errors.KubeConflict:
                     continue
             _same_or_conflict(rt, mine, digest, what_rt,
@@ -351,10 +150,8 @@ async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
                 # and the garbage collector is removing the copy.
                 continue
             try:
-                tj = await create_trainjob(
-                    kube, ns, trainjob_body(req, settings, mode, name=name, image=image,
-                                           digest=digest),
-                    patience=lag_left(), runtime_there=copy_there)
+                tj = await create_trainjob(kube, ns, trainjob_body(v, settings, mode),
+                                           patience=lag_left(), runtime_there=copy_there)
             except errors.KubeConflict:
                 continue  # a concurrent Start made it: the next round judges it
             except errors.KubeWebhookDenied as exc:
@@ -381,9 +178,8 @@ async def start(kube: KubeAPI, settings: Settings, mode: StartMode,
                      uid=str(meta(tj)["uid"]))
 
 
-async def _fresh(kube: KubeAPI, ns: str, name: str, source: Mapping[str, Any],
-                 req: StartRequest, settings: Settings, mode: StartMode, image: Image,
-                 digest: str, mine: Mapping[str, Any], *, patience: float,
+async def _fresh(kube: KubeAPI, ns: str, source: Mapping[str, Any], v: Validated,
+                 settings: Settings, mode: StartMode, *, patience: float,
                  runtime_there: Callable[[], Awaitable[bool]]) -> dict[str, Any] | None:
     """The first Start of a job, in the fewest requests: create the copy, create the
     TrainJob, make the TrainJob own the copy. None when anything was there before or changed
@@ -394,14 +190,14 @@ async def _fresh(kube: KubeAPI, ns: str, name: str, source: Mapping[str, Any],
     the copy's create returned, so it lands only if nobody changed or replaced the copy since
     this Start made it, which is what the rounds' read-then-patch proves.
     """
+    name = v.name
     try:
-        rt = await _create_copy(kube, ns, name, source, req, image, digest, mine)
+        rt = await _create_copy(kube, ns, source, v)
     except errors.KubeConflict:
         return None  # a copy is there: another Start's, or an earlier one's
     try:
-        tj = await create_trainjob(
-            kube, ns, trainjob_body(req, settings, mode, name=name, image=image, digest=digest),
-            patience=patience, runtime_there=runtime_there)
+        tj = await create_trainjob(kube, ns, trainjob_body(v, settings, mode),
+                                   patience=patience, runtime_there=runtime_there)
     except errors.KubeConflict:
         return None
     except errors.KubeWebhookDenied as exc:
@@ -413,19 +209,17 @@ async def _fresh(kube: KubeAPI, ns: str, name: str, source: Mapping[str, Any],
         return tj
     except (errors.KubeConflict, errors.KubeNotFound):
         pass  # the copy changed since its create: is it still ours?
-    if await _copy_if_mine(kube, ns, name, digest) is None:
+    if await _copy_if_mine(kube, ns, name, v.digest) is None:
         await _undo_trainjob(kube, ns, name, tj)  # as in the rounds
     return None  # still ours, only touched (a label): the rounds own it
 
 
-async def _create_copy(kube: KubeAPI, ns: str, name: str, source: Mapping[str, Any],
-                       req: StartRequest, image: Image, digest: str,
-                       mine: Mapping[str, Any]) -> dict[str, Any]:
+async def _create_copy(kube: KubeAPI, ns: str, source: Mapping[str, Any],
+                       v: Validated) -> dict[str, Any]:
     """Create this request's runtime copy. Idempotent by name: of concurrent creates one
     wins, the others get KubeConflict (409) and judge again."""
-    created = await kube.create(TRAINING_RUNTIME, runtime_copy(
-        source, name=name, namespace=ns, labels=job_labels(req), digest=digest,
-        image=image, request=_canonical(mine)), ns, field_manager=names.ADAPTER_FIELD_MANAGER)
+    created = await kube.create(TRAINING_RUNTIME, runtime_copy(source, v, ns), ns,
+                                field_manager=names.ADAPTER_FIELD_MANAGER)
     # Its metadata is all a Start reads of it (the hash, the owner, the resourceVersion);
     # 1,000 concurrent Starts would otherwise each hold a runtime's pod templates.
     return metadata_only(created)
