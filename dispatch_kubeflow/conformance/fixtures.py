@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Callable
 
 from dispatch_kubeflow import errors
+from dispatch_kubeflow.conformance.failed import CheckFailed
 from dispatch_kubeflow.conformance.options import MANAGED_BY, Options
-from dispatch_kubeflow.conformance.registry import CheckFailed
 from dispatch_kubeflow.conformance.suite import Suite
 from dispatch_kubeflow.conformance.watching import delete_and_wait
 from dispatch_kubeflow.core import names

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dispatch_kubeflow.conformance.registry import CheckFailed
+from dispatch_kubeflow.conformance.failed import CheckFailed
 from dispatch_kubeflow.core.identity import IdentityError, split_attempt_id
 from dispatch_kubeflow.model import JobID
 

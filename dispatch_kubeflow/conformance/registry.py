@@ -9,18 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the suite's modules import this one: only the type, not the module
-    from dispatch_kubeflow.conformance.suite import Suite
+from dispatch_kubeflow.conformance.failed import CheckFailed
+from dispatch_kubeflow.conformance.suite import Suite
 
-CheckFn = Callable[["Suite"], Awaitable[str]]
+__all__ = ["Check", "CheckFailed", "CheckFn", "check", "registered"]
+
+CheckFn = Callable[[Suite], Awaitable[str]]
 """A check: does what it checks on the suite's job, returns what it saw or raises
 :class:`CheckFailed`."""
-
-
-class CheckFailed(Exception):
-    """A check saw something the guarantee forbids (the message says what)."""
 
 
 @dataclass(frozen=True, slots=True)

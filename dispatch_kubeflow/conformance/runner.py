@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.conformance.checks import all_checks
+from dispatch_kubeflow.conformance.failed import CheckFailed
 from dispatch_kubeflow.conformance.fixtures import Made, clean_up, make_queues
 from dispatch_kubeflow.conformance.options import Options
-from dispatch_kubeflow.conformance.registry import CheckFailed
 from dispatch_kubeflow.conformance.suite import Suite
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.waits import deadline_after, within

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dispatch_kubeflow.backend import Backend
+from dispatch_kubeflow.conformance.failed import CheckFailed
 from dispatch_kubeflow.conformance.identity import Identity
 from dispatch_kubeflow.conformance.options import MANAGED_BY, Options
-from dispatch_kubeflow.conformance.registry import CheckFailed
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.model import (
     Actor,

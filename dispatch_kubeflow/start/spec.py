@@ -48,6 +48,8 @@ class Validated:
     runtime: RuntimeRef
     doc: Mapping[str, Any]
     """Everything in the request that shapes the job (:func:`request_doc`)."""
+    recorded: str
+    """``doc`` as the request annotation records it (canonical JSON)."""
     digest: str
     """The spec hash of ``doc``: which request a copy or a TrainJob was made for."""
 
@@ -56,10 +58,6 @@ class Validated:
         """dispatch's labels, on the TrainJob and on every template of the runtime copy."""
         return job_labels(self.request)
 
-    @property
-    def recorded(self) -> str:
-        """``doc`` as the request annotation records it (canonical JSON)."""
-        return _canonical(self.doc)
 
 
 def validate(req: StartRequest | Validated) -> Validated:
@@ -105,7 +103,9 @@ def validate(req: StartRequest | Validated) -> Validated:
             f"submission: the TrainJob name {name!r} would be {len(name)} characters; a "
             "TrainJob name must be an RFC 1035 label of at most 63", field="submission")
     doc = request_doc(req)
-    return Validated(req, name, image, runtime, MappingProxyType(doc), _digest(doc))
+    recorded = _canonical(doc)
+    return Validated(req, name, image, runtime, MappingProxyType(doc), recorded,
+                     "sha256:" + hashlib.sha256(recorded.encode()).hexdigest())
 
 
 def request_doc(req: StartRequest) -> dict[str, Any]:
@@ -127,11 +127,7 @@ def _canonical(doc: Mapping[str, Any]) -> str:
 
 def spec_hash(req: StartRequest) -> str:
     """A digest of everything in the request that shapes the job."""
-    return _digest(request_doc(req))
-
-
-def _digest(doc: Mapping[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(_canonical(doc).encode()).hexdigest()
+    return validate(req).digest
 
 
 def what_differs(obj: Mapping[str, Any], mine: Mapping[str, Any]) -> str:

@@ -19,8 +19,9 @@ from dispatch_kubeflow.conformance import CHECKS, CheckResult, Options, Summary
 from dispatch_kubeflow.conformance.__main__ import main, parser
 from dispatch_kubeflow.conformance.checks import all_checks
 from dispatch_kubeflow.conformance.checks.overlap import Mark, ReleaseWatch, _until_set
+from dispatch_kubeflow.conformance.failed import CheckFailed
 from dispatch_kubeflow.conformance.identity import Identity
-from dispatch_kubeflow.conformance.registry import CheckFailed, check
+from dispatch_kubeflow.conformance.registry import check
 from dispatch_kubeflow.conformance.suite import Suite
 from dispatch_kubeflow.conformance.watching import in_state, quiet, until
 from dispatch_kubeflow.kube import Kube

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dispatch_kubeflow.backend import NAME
-from dispatch_kubeflow.conformance.registry import CheckFailed, check
+from dispatch_kubeflow.conformance.failed import CheckFailed
+from dispatch_kubeflow.conformance.registry import check
 from dispatch_kubeflow.conformance.suite import Suite
 from dispatch_kubeflow.model import Capability, CapabilitySource, CapabilityValue
 from dispatch_kubeflow.registry import AdapterConfig, open_backend

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatch_kubeflow.conformance.registry import CheckFailed, check
+from dispatch_kubeflow.conformance.failed import CheckFailed
+from dispatch_kubeflow.conformance.registry import check
 from dispatch_kubeflow.conformance.suite import Suite
 from dispatch_kubeflow.conformance.watching import (
     JobView,

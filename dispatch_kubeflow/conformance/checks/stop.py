@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dispatch_kubeflow.conformance.registry import CheckFailed, check
+from dispatch_kubeflow.conformance.failed import CheckFailed
+from dispatch_kubeflow.conformance.registry import check
 from dispatch_kubeflow.conformance.suite import Suite
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import meta
