@@ -169,9 +169,14 @@ async def find_refs(kube: KubeAPI, namespace: str, job: JobID,
         # The first failure's status and reason carry over, so a caller can tell an
         # unreachable server from a refusal.
         first = found.failures.get(found.unreadable[0])
+        message = ("find: cannot list " + ", ".join(r.plural for r in found.unreadable)
+                   + (f": {first}" if first else ""))
+        if isinstance(first, errors.KubeNoAnswer):
+            # No answer keeps its class: it says whether asking again may help, and the
+            # CLI tells an unreachable cluster by it.
+            raise first.restated(message) from first
         raise errors.KubeError(
-            "find: cannot list " + ", ".join(r.plural for r in found.unreadable)
-            + (f": {first}" if first else ""), status=first.status if first else 0,
+            message, status=first.status if first else 0,
             reason=first.reason if first else "", body=first.body if first else None
         ) from first
     return tuple(f.ref for f in found.found)

@@ -27,7 +27,7 @@ def one_line(text: str) -> str:
 def explain(exc: dk.DispatchError) -> str:
     """One line: what is wrong and how to fix it."""
     msg = one_line(str(exc))
-    if isinstance(exc, dk.KubeError) and exc.status == 0 and exc.reason == "Unreachable":
+    if isinstance(exc, errors.KubeUnreachable):
         return (f"cannot reach the cluster: {network_cause(exc)}; check cluster.kubeconfig "
                 "in the settings (or --kubeconfig / --context) and that the API server is up")
     if isinstance(exc, errors.KubeForbidden):

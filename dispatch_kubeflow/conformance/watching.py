@@ -184,7 +184,7 @@ async def _pods_change(kube: KubeAPI, ref: ObjectRef, rv: str) -> None:
     except errors.KubeGone:
         return
     except errors.KubeError as exc:
-        if exc.status != 0:  # status 0: the stream broke; an error status is the server's
+        if not isinstance(exc, errors.KubeNoAnswer):  # an error status is the server's
             raise
     finally:
         await events.aclose()  # type: ignore[attr-defined]

@@ -16,22 +16,28 @@
         ├── KubeConflict       409 (AlreadyExists or a precondition / version conflict)
         ├── KubeGone           410 (a watch's resourceVersion expired)
         ├── KubeForbidden      401 / 403 (RBAC, or an admission policy's denial)
-        └── KubeInvalid        400 / 422
-            └── KubeWebhookDenied  an admission webhook's denial (400, 403 or 422)
+        ├── KubeInvalid        400 / 422
+        │   └── KubeWebhookDenied  an admission webhook's denial (400, 403 or 422)
+        └── KubeNoAnswer       no (whole) answer came: status 0; says if it is transient
+            ├── KubeUnreachable   no answer at all (refused, reset, TLS, timed out)
+            ├── KubeStreamBroken  the answer broke off or went silent while it was read
+            └── KubeBadResponse   the answer was not what the API server sends
 
 Every error carries a message meant for a person: what is wrong and how to fix it. A
 :class:`KubeError` is built from the API server's Status object in one place,
 :func:`kube_error`: its class from the HTTP status (and the webhook denial), its ``reason``
 and ``causes`` (``details.causes``: reason, message and field of each) from the body, so no
-caller reads a message to tell errors apart.
+caller reads a message to tell errors apart. A failure below HTTP is a :class:`KubeNoAnswer`,
+its class chosen by the transport from the network library's exception type.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 
 class DispatchError(Exception):
@@ -96,9 +102,9 @@ class StatusCause:
 class KubeError(DispatchError):
     """The Kubernetes API answered with an error status.
 
-    ``status`` is the HTTP status (0 when no answer came: ``reason`` then says which kind of
-    failure), ``reason`` the Status' reason, ``causes`` its ``details.causes`` and ``body``
-    the whole Status object.
+    ``status`` is the HTTP status (0 when no answer came: the error is then a
+    :class:`KubeNoAnswer`, and ``reason`` its kind), ``reason`` the Status' reason,
+    ``causes`` its ``details.causes`` and ``body`` the whole Status object.
     """
 
     def __init__(
@@ -163,6 +169,58 @@ class KubeWebhookDenied(KubeInvalid):
         super().__init__(message, **kw)
         self.webhook = webhook
         self.denial = denial
+
+
+class KubeNoAnswer(KubeError):
+    """No whole answer came from the API server: ``status`` is 0 and ``reason`` the kind
+    (``Unreachable``, ``StreamBroken``, ``BadResponse``), kept for callers that print them.
+
+    ``transient``: whether asking again may bring an answer. ``sent``: whether the request
+    may have reached the server, so that a write may have taken effect; one that was never
+    sent is safe to send again whatever its verb (:mod:`dispatch_kubeflow.kube.retry`).
+    """
+
+    KIND = ""
+
+    def __init__(self, message: str, *, transient: bool = True, sent: bool = True) -> None:
+        super().__init__(message, status=0, reason=self.KIND)
+        self.transient = transient
+        self.sent = sent
+
+    def restated(self, message: str) -> Self:
+        """The same failure (class, ``transient``, ``sent``) told with another message."""
+        new = copy.copy(self)
+        new.args = (message,)
+        return new
+
+
+class KubeUnreachable(KubeNoAnswer):
+    """No answer at all: the connection was refused, reset, timed out, or its TLS failed.
+    ``sent`` is False when no connection was made; a TLS failure is not ``transient`` (a
+    certificate the client rejects will not mend by itself)."""
+
+    KIND = "Unreachable"
+
+
+class KubeStreamBroken(KubeNoAnswer):
+    """The answer broke off, or went silent too long, while its body was read (the request
+    was sent)."""
+
+    KIND = "StreamBroken"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=True, sent=True)
+
+
+class KubeBadResponse(KubeNoAnswer):
+    """The body was not what the API server sends (not JSON, not a watch event, an event
+    past any object's size): a proxy's page, or a stream cut and joined. Transient as a
+    broken stream is: asked again, the server itself may answer."""
+
+    KIND = "BadResponse"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=True, sent=True)
 
 
 _BY_STATUS: dict[int, type[KubeError]] = {

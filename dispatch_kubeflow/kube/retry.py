@@ -15,7 +15,12 @@ What is safe to send again:
 - anything else a network or a server fails (500, 502, 504, a connection lost after the
   request went out): reads only (GET), because a write may have taken effect. The
   library's writes would survive it (each carries a precondition or is idempotent), but a
-  caller should see the server's own answer to its write, not the 409 of its echo.
+  caller should see the server's own answer to its write, not the 409 of its echo;
+- nothing that will not mend by itself (a TLS failure).
+
+A failure with no answer says both itself (:class:`~dispatch_kubeflow.core.errors.
+KubeNoAnswer`'s ``transient`` and ``sent``, set by the transport from the network error's
+type); an answered one is judged by its status.
 """
 
 from __future__ import annotations
@@ -25,8 +30,6 @@ import contextlib
 import random
 from collections.abc import Iterator
 from contextvars import ContextVar
-
-import aiohttp
 
 from dispatch_kubeflow.core import errors
 
@@ -61,11 +64,11 @@ def transient(exc: errors.KubeError, method: str) -> bool:
     """Whether ``exc``, the answer to a ``method`` request, may be retried (module doc)."""
     if exc.status in (429, 503):
         return True
-    cause = exc.__cause__
-    if exc.status == 0 and isinstance(cause, aiohttp.ClientConnectorError):
-        # Never connected, so nothing was sent; but a TLS failure will not mend by itself.
-        return not isinstance(cause, aiohttp.ClientSSLError)
-    return method == "GET" and (exc.status in (500, 502, 504) or exc.status == 0)
+    if isinstance(exc, errors.KubeNoAnswer):
+        # The error's type says whether asking again may help (a rejected certificate will
+        # not) and whether the request may have gone out (a refused connection sent nothing).
+        return exc.transient and (method == "GET" or not exc.sent)
+    return method == "GET" and exc.status in (500, 502, 504)
 
 
 class Backoff:

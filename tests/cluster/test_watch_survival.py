@@ -185,7 +185,7 @@ async def restart_apiserver(name: str) -> float:
 
 def watch_retries(caplog: pytest.LogCaptureFixture) -> int:
     return sum(1 for rec in caplog.records
-               if rec.name == "dispatch_kubeflow.kube.transport"
+               if rec.name == "dispatch_kubeflow.kube.watch"  # observe's retries
                and rec.levelno == logging.WARNING)
 
 

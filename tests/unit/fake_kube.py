@@ -15,7 +15,8 @@ it never conflicts with another manager.
 
 Errors are built from a Status dict by :func:`dispatch_kubeflow.core.errors.kube_error`,
 the function the real transport uses, so the classes cannot drift. ``observe`` is the real
-one (:func:`dispatch_kubeflow.kube.transport.observe`) over the fake's list and watch.
+one (:class:`dispatch_kubeflow.kube.watch.Observes`, the transport's too) over the fake's list
+and watch.
 
 It never pretends to be a controller: no garbage collector (``propagation`` is ignored and
 dependants stay), no kubelet (a pod's delete is immediate), no Kueue, Trainer or JobSet.
@@ -42,7 +43,7 @@ from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.core.times import format_time
 from dispatch_kubeflow.kube import KubeAPI, Obj, PatchKind, Resource, WatchEvent
 from dispatch_kubeflow.kube.resources import POD, SELF_SUBJECT_ACCESS_REVIEW
-from dispatch_kubeflow.kube.transport import WATCH_BACKOFF, WatchBackoff, observe
+from dispatch_kubeflow.kube.watch import WATCH_BACKOFF, Observes, WatchBackoff
 
 Key = tuple[str, str, str]
 T = TypeVar("T")
@@ -264,7 +265,7 @@ class _Change:
     before: Obj | None
 
 
-class FakeKube:
+class FakeKube(Observes):
     """The fake. State is public for a test's own checks and arrangements."""
 
     def __init__(self, seed: int = 0, *, max_yields: int = 3,
@@ -600,15 +601,6 @@ class FakeKube:
                     await self._wake.wait()
             except TimeoutError:
                 return
-
-    def observe(self, res: Resource, namespace: str | None = None, *,
-                label_selector: str | None = None,
-                field_selector: str | None = None,
-                timeout_seconds: int = 290,
-                trim: Callable[[Obj], Obj] | None = None) -> AsyncIterator[WatchEvent]:
-        return observe(self, res, namespace, label_selector=label_selector,
-                       field_selector=field_selector, timeout_seconds=timeout_seconds,
-                       backoff=self.watch_backoff, trim=trim)
 
     async def served_versions(self, group: str) -> builtins.list[str]:
         await self._enter("served_versions", _GROUP, group)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import dispatch_kubeflow as dk
+from dispatch_kubeflow import errors
 from dispatch_kubeflow.cli import config as cli_config
 from dispatch_kubeflow.cli import explain, main, render
 
@@ -120,11 +121,20 @@ def test_explain_unreachable() -> None:
     try:
         raise ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 1)")
     except OSError as os_error:
-        err = dk.KubeError("GET /x: ClientConnectorError(...)", status=0, reason="Unreachable")
+        err = errors.KubeUnreachable("GET /x: ClientConnectorError(...)", sent=False)
         err.__cause__ = os_error
     line = explain(err)
     assert line.startswith("cannot reach the cluster: [Errno 111] Connect call failed")
     assert "check cluster.kubeconfig" in line
+
+
+def test_explain_tells_an_unreachable_cluster_by_the_errors_type_not_its_text() -> None:
+    # Restated by a caller (find: "cannot list ..."), it is still the unreachable cluster.
+    restated = errors.KubeUnreachable("GET /x: refused").restated("find: cannot list pods")
+    assert explain(restated).startswith("cannot reach the cluster: ")
+    # An answer whose reason happens to read "Unreachable" is the server's, told as it is.
+    answered = errors.KubeError("proxy: Unreachable (502)", status=502, reason="Unreachable")
+    assert explain(answered) == "proxy: Unreachable (502)"
 
 
 def test_the_command_line_rides_out_a_dead_server_briefly_unless_told() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from admission.holds import HoldExpiry
 from admission.decision import PENDING, READY, decide
+from admission.holds import HoldExpiry
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import hold, names
 from dispatch_kubeflow.core.times import format_time

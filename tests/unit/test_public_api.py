@@ -27,7 +27,8 @@ ERRORS = {
     "DispatchError", "SettingsError", "SpecError", "ObserveOnlyError", "ConflictError",
     "HoldError", "DeadlineExceeded", "NotFound", "UnsupportedError", "KubeError",
     "KubeNotFound", "KubeConflict", "KubeGone", "KubeForbidden", "KubeInvalid",
-    "KubeWebhookDenied", "StatusCause", "kube_error",
+    "KubeWebhookDenied", "KubeNoAnswer", "KubeUnreachable", "KubeStreamBroken",
+    "KubeBadResponse", "StatusCause", "kube_error",
 }
 
 

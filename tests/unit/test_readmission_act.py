@@ -17,10 +17,6 @@ from typing import Any
 
 import pytest
 
-from admission.faults import Faults
-from admission.intake import Caches, Feed
-from admission.lease import LeaderElector
-from admission.observability import EventRecorder, Metrics
 from admission.decision import (
     PENDING,
     READY,
@@ -28,6 +24,10 @@ from admission.decision import (
     ready_message,
     waiting_message,
 )
+from admission.faults import Faults
+from admission.intake import Caches, Feed
+from admission.lease import LeaderElector
+from admission.observability import EventRecorder, Metrics
 from admission.readmission import Readmission
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube.resources import (

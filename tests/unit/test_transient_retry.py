@@ -21,7 +21,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from dispatch_kubeflow import errors
-from dispatch_kubeflow.kube import Kube, retry
+from dispatch_kubeflow.kube import Kube, retry, session
 from dispatch_kubeflow.kube import resources as r
 from dispatch_kubeflow.waits import within
 from tests.unit.http_kube import kube_at
@@ -193,9 +193,28 @@ async def test_a_nested_deadline_never_extends_the_outer_one() -> None:
 
 def test_a_tls_failure_is_not_ridden_out() -> None:
     key = aiohttp.client_reqrep.ConnectionKey("h", 443, True, True, None, None, None)
-    refused = errors.KubeError("refused", status=0, reason="Unreachable")
-    refused.__cause__ = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "no"))
+    refused = session.unreachable(
+        aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "no")), "POST /x")
+    assert (refused.transient, refused.sent) == (True, False)  # never connected: not sent
     assert retry.transient(refused, "POST")
-    bad_cert = errors.KubeError("bad cert", status=0, reason="Unreachable")
-    bad_cert.__cause__ = aiohttp.ClientConnectorCertificateError(key, ValueError("self-signed"))
+    bad_cert = session.unreachable(
+        aiohttp.ClientConnectorCertificateError(key, ValueError("self-signed")), "GET /x")
+    assert (type(bad_cert), bad_cert.transient) == (errors.KubeUnreachable, False)
     assert not retry.transient(bad_cert, "GET")
+
+
+def test_an_answer_lost_after_the_request_went_out_is_sent_again_only_when_a_read() -> None:
+    lost = session.unreachable(aiohttp.ServerDisconnectedError(), "POST /x")
+    assert (lost.transient, lost.sent) == (True, True)
+    assert retry.transient(lost, "GET")
+    assert not retry.transient(lost, "POST")
+    for broke in (errors.KubeStreamBroken("GET /x: broke"), errors.KubeBadResponse("not JSON")):
+        assert (retry.transient(broke, "GET"), retry.transient(broke, "PATCH")) == (True, False)
+
+
+def test_whether_no_answer_is_transient_comes_from_its_type_not_its_text() -> None:
+    # The message and reason of a typed failure say nothing: its type and flags decide.
+    assert retry.transient(errors.KubeUnreachable("", sent=False), "DELETE")
+    assert not retry.transient(errors.KubeUnreachable("", transient=False, sent=False), "GET")
+    # A bare status 0 whose reason reads "Unreachable" is not a failure the transport raises.
+    assert not retry.transient(errors.KubeError("x", status=0, reason="Unreachable"), "GET")

@@ -24,11 +24,11 @@ async def test_the_environments_proxy_is_chosen_once(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("HTTPS_PROXY", "http://user:secret@proxy.invalid:3128")
     kube = kube_of("https://api.example.invalid:6443")
     try:
-        rest = kube._api.rest_client
+        rest = kube._session.api.rest_client
         assert rest.proxy == "http://proxy.invalid:3128"
         assert rest.proxy_headers["Proxy-Authorization"].startswith("Basic ")
         assert rest.pool_manager.trust_env is False  # no lookup per request
-        streams = kube._stream_client()
+        streams = kube._session.stream_client()
         assert streams.proxy == "http://proxy.invalid:3128"
         assert streams.pool_manager.trust_env is False
     finally:
@@ -40,7 +40,7 @@ async def test_no_proxy_for_a_host_no_proxy_names(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("NO_PROXY", "api.example.invalid")
     kube = kube_of("https://api.example.invalid:6443")
     try:
-        rest = kube._api.rest_client
+        rest = kube._session.api.rest_client
         assert not rest.proxy
         assert rest.pool_manager.trust_env is False
     finally:

@@ -76,6 +76,6 @@ async def test_a_watch_reads_a_one_mebibyte_event(streamer: Streamer) -> None:
 async def test_an_event_past_any_object_size_is_a_typed_error(streamer: Streamer) -> None:
     streamer.body = [_event("huge", 70 << 20)]
     async with kube_at(streamer.port, request_timeout=5.0) as kube:
-        with pytest.raises(errors.KubeError) as caught:
+        with pytest.raises(errors.KubeBadResponse) as caught:
             _ = [ev async for ev in kube.watch(r.LEASE, NS, resource_version="1")]
     assert caught.value.reason == "BadResponse"

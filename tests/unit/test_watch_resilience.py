@@ -205,22 +205,38 @@ def names_of(events: Sequence[WatchEvent]) -> list[str]:
 
 
 # --- Kube.watch: every fault is a KubeError of the tree ---------------------------------------
-@pytest.mark.parametrize(("behaviour", "reason"), [
+@pytest.mark.parametrize(("behaviour", "kind"), [
     (sends(line("ADDED", pod("p1", 2)), b'{"type": "MODIFIED", "obj', then="abort"),
-     "StreamBroken"),
-    (sends(line("ADDED", pod("p1", 2)), then="close"), "StreamBroken"),
-    (sends(line("ADDED", pod("p1", 2)), b"<html>proxy error</html>\n"), "BadResponse"),
-    (sends(line("ADDED", pod("p1", 2)), b'["not", "an", "event"]\n'), "BadResponse"),
+     errors.KubeStreamBroken),
+    (sends(line("ADDED", pod("p1", 2)), then="close"), errors.KubeStreamBroken),
+    (sends(line("ADDED", pod("p1", 2)), b"<html>proxy error</html>\n"), errors.KubeBadResponse),
+    (sends(line("ADDED", pod("p1", 2)), b'["not", "an", "event"]\n'), errors.KubeBadResponse),
 ], ids=["mid-line-abort", "disconnect", "garbage", "not-an-event"])
 async def test_a_broken_watch_raises_kube_error(api: FakeApi, kube: Kube,
-                                                behaviour: Behaviour, reason: str) -> None:
+                                                behaviour: Behaviour,
+                                                kind: type[errors.KubeNoAnswer]) -> None:
     api.watches = [behaviour]
     seen: list[WatchEvent] = []
     with pytest.raises(errors.KubeError) as info:
         await drain(kube.watch(r.POD, NS, resource_version="1", timeout_seconds=5), seen)
     assert names_of(seen) == ["ADDED:p1"]
-    assert (info.value.status, info.value.reason) == (0, reason)
+    assert type(info.value) is kind
+    assert (info.value.status, info.value.reason) == (0, kind.KIND)  # as callers read them
     assert not isinstance(info.value.__cause__, errors.DispatchError)
+
+
+async def test_observe_reads_a_mebibyte_event_and_one_cut_short_is_watched_again(
+        api: FakeApi, kube: Kube) -> None:
+    # Objects reach about 1.5 MiB; aiohttp's own readline() stopped at 512 KiB (issue 27).
+    big = line("ADDED", {**pod("big", 2), "data": "x" * (1 << 20)})
+    api.watches = [sends(big[:len(big) // 2], then="abort"), sends(big)]
+    stream = kube.observe(r.POD, NS, timeout_seconds=5)
+    try:
+        got = await take(stream, 3)
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+    assert names_of(got) == ["SYNC", "SYNC", "ADDED:big"]  # the cut one listed again
+    assert len(got[2].object["data"]) == 1 << 20
 
 
 async def test_a_stalled_watch_raises_after_its_timeout_and_grace(api: FakeApi,
@@ -231,6 +247,7 @@ async def test_a_stalled_watch_raises_after_its_timeout_and_grace(api: FakeApi,
     began = loop.time()
     with pytest.raises(errors.KubeError) as info:
         await drain(kube.watch(r.POD, NS, resource_version="1", timeout_seconds=0), [])
+    assert type(info.value) is errors.KubeStreamBroken
     assert (info.value.status, info.value.reason) == (0, "StreamBroken")
     assert isinstance(info.value.__cause__, TimeoutError)
     assert GRACE * 0.8 <= loop.time() - began < 2
@@ -262,6 +279,7 @@ async def test_a_list_whose_body_breaks_raises_kube_error(api: FakeApi, kube: Ku
     try:
         with pytest.raises(errors.KubeError) as info:
             await k.list(r.POD, NS)
+        assert type(info.value) is errors.KubeStreamBroken
         assert (info.value.status, info.value.reason) == (0, "StreamBroken")
         assert isinstance(info.value.__cause__, aiohttp.ClientError)
     finally:
@@ -313,7 +331,9 @@ async def test_nothing_listening_is_unreachable() -> None:
     try:
         with pytest.raises(errors.KubeError) as info:
             await k.list(r.POD, NS)
+        assert type(info.value) is errors.KubeUnreachable
         assert (info.value.status, info.value.reason) == (0, "Unreachable")
+        assert (info.value.transient, info.value.sent) == (True, False)  # nothing listened
     finally:
         await k.close()
 
