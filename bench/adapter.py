@@ -271,16 +271,15 @@ async def bare_lifecycle(ns: str) -> list[tuple[str, int]]:
         last = kube.requests
 
     try:
-        req, name, image, _ = start_mod.validate(StartRequest(JobID.new(), 1, 1, job_spec()))
-        digest = start_mod.spec_hash(req)
+        valid = start_mod.validate(StartRequest(JobID.new(), 1, 1, job_spec()))
+        name = valid.name
         # start: read the runtime, create its copy, create the TrainJob, own the copy, and
         # watch for the Workload.
         source = await kube.get(r.CLUSTER_TRAINING_RUNTIME, "dispatch-kind")          # 1
         await kube.create(r.TRAINING_RUNTIME, start_mod.runtime_copy(                   # 2
-            source, name=name, namespace=ns, labels=start_mod.job_labels(req), digest=digest,
-            image=image), ns)
+            source, valid, ns), ns)
         tj = await kube.create(r.TRAINJOB, start_mod.trainjob_body(                     # 3
-            req, cfg, select_mode(cfg), name=name, image=image, digest=digest), ns)
+            valid, cfg, select_mode(cfg)), ns)
         await kube.patch(r.TRAINING_RUNTIME, name, {"metadata": {"ownerReferences": [  # 4
             start_mod.owner_reference(tj)]}}, ns)
         wl_sel = f"{names.KUEUE_JOB_UID_LABEL}={tj['metadata']['uid']}"

@@ -92,6 +92,8 @@ class Backend:
         self._mode = mode
         self._caps = MappingProxyType(dict(capabilities))
         self._informers = Informers(kube)  # the watches every wait of this backend shares
+        self._stops = stop.Crowd(self._informers)  # its stops, and the lists they share
+        self._stop_limits = stop.LIMITS  # StopJob's waits and its crowd's size
         self._closed = False
 
     # --- opening and closing --------------------------------------------------------------
@@ -277,7 +279,8 @@ class Backend:
         ns = self.settings.namespace
         return await stop.stop_job(self._kube, ns, as_job_id(job), reason,
                                    kinds=self._mode.kinds, limit=self.settings.timeouts.stop_job,
-                                   shared=self._informers, feeds=self._mode.watched(ns))
+                                   crowd=self._stops, feeds=self._mode.watched(ns),
+                                   limits=self._stop_limits)
 
     async def find(self, job: JobID | str) -> tuple[ObjectRef, ...]:
         """Every object of the job that exists, orphans included (see :mod:`.find`)."""

@@ -215,14 +215,11 @@ async def test_foreign_gate_stays(backend: Backend, kube: Kube, queued: str) -> 
     """A TrainJob made with dispatch's gate and someone else's: Open removes only ours."""
     from dispatch_kubeflow import start as start_mod
 
-    req, name, image, _ = start_mod.validate(StartRequest(JobID.new(), 1, 1, spec()))
-    digest = start_mod.spec_hash(req)
+    valid = start_mod.validate(StartRequest(JobID.new(), 1, 1, spec()))
+    req = valid.request
     source = await kube.get(r.CLUSTER_TRAINING_RUNTIME, "dispatch-kind")
-    await kube.create(r.TRAINING_RUNTIME, start_mod.runtime_copy(
-        source, name=name, namespace=queued, labels=start_mod.job_labels(req), digest=digest,
-        image=image), queued)
-    body = start_mod.trainjob_body(req, backend.settings, select_mode(backend.settings),
-                                  name=name, image=image, digest=digest)
+    await kube.create(r.TRAINING_RUNTIME, start_mod.runtime_copy(source, valid, queued), queued)
+    body = start_mod.trainjob_body(valid, backend.settings, select_mode(backend.settings))
     body["metadata"]["annotations"][names.ADMISSION_GATED_BY] = \
         f"{names.GATE},example.com/theirs"
     await start_mod.create_trainjob(kube, queued, body)
@@ -235,7 +232,7 @@ async def test_foreign_gate_stays(backend: Backend, kube: Kube, queued: str) -> 
     obs = await backend.inspect(ref)
     assert obs.state is ObjectState.GATED
     assert obs.cause.detail == "gated by example.com/theirs"
-    ann = (await kube.get(r.TRAINJOB, name, queued))["metadata"]["annotations"]
+    ann = (await kube.get(r.TRAINJOB, valid.name, queued))["metadata"]["annotations"]
     assert ann[names.ADMISSION_GATED_BY] == "example.com/theirs"
     report = await backend.stop_job(req.job, "done")
     assert not report.alive
@@ -461,18 +458,14 @@ def what_start_writes(obj: dict[str, Any]) -> tuple[Any, ...]:
 async def interrupted_start(backend: Backend, kube: Kube, req: StartRequest, *,
                             with_trainjob: bool) -> str:
     """Write what a Start interrupted after its first (or second) write leaves."""
-    req, name, image, _ = start_mod.validate(req)
-    digest = start_mod.spec_hash(req)
+    valid = start_mod.validate(req)
     source = await kube.get(r.CLUSTER_TRAINING_RUNTIME, "dispatch-kind")
     ns = backend.settings.namespace
-    await kube.create(r.TRAINING_RUNTIME, start_mod.runtime_copy(
-        source, name=name, namespace=ns, labels=start_mod.job_labels(req), digest=digest,
-        image=image), ns)
+    await kube.create(r.TRAINING_RUNTIME, start_mod.runtime_copy(source, valid, ns), ns)
     if with_trainjob:  # the TrainJob made, the copy's ownerReference not yet set
         await start_mod.create_trainjob(kube, ns, start_mod.trainjob_body(
-            req, backend.settings, select_mode(backend.settings), name=name, image=image,
-            digest=digest))
-    return name
+            valid, backend.settings, select_mode(backend.settings)))
+    return valid.name
 
 
 async def test_interrupted_start_is_found_and_stopped(
@@ -544,11 +537,12 @@ async def test_concurrent_stops_follow_the_backends_informers(
         return real_watch(res, namespace, **kw)
 
     monkeypatch.setattr(kube_of_backend, "watch", counted)
-    # A stop shares a kind's informer only while at least _CROWD stops run (or the informer
-    # runs already); the two queued jobs' stops may end before the running job's reaches
-    # its Jobs, and then that stop, alone, rightly watches them alone (CI, 2026-12-04). Both
-    # ways are tests/unit/test_stop_passes.py's; here, that concurrent stops share at all.
-    monkeypatch.setattr(stop_mod, "_CROWD", 1)
+    # A stop shares a kind's informer only while at least Limits.crowd stops run (or the
+    # informer runs already); the two queued jobs' stops may end before the running job's
+    # reaches its Jobs, and then that stop, alone, rightly watches them alone (CI,
+    # 2026-12-04). Both ways are tests/unit/test_stop_*.py's; here, that concurrent stops
+    # share at all.
+    monkeypatch.setattr(backend, "_stop_limits", dataclasses.replace(stop_mod.LIMITS, crowd=1))
     reports = await asyncio.gather(*(backend.stop_job(job, "all at once") for job in jobs))
     for job, report in zip(jobs, reports, strict=True):
         assert report.complete, report

@@ -1,0 +1,118 @@
+"""A crowd of stops: a Backend's concurrent stops, and the shared lists they make.
+
+A crowd of stops (``Limits.crowd`` or more) shares its lists too. A kind's list is then a
+round of that kind's shared list in the namespace: one list, selected by the label every
+job's objects carry (the job-id label; a Workload's, Kueue's job-uid label), kept as
+metadata, and filtered by each stop as its own selector would have been on the server. A
+round serves exactly the stops that asked before it was sent; a stop asking while one is in
+flight joins the next. So each stop's list is still a consistent read sent after its makers
+were proven gone, which is all the proof (:mod:`dispatch_kubeflow.stop.views`) asks of it,
+and N stops in one chain pass make a few lists of each kind instead of N (issue 11: 1,000
+stops at once were 1,000 lists per pass on a saturated API server). A round that fails
+fails each of its stops as its own list would have, and each lists again after
+``Limits.pass_wait``.
+
+The crowd is the Backend's, beside its informers (:class:`Crowd`): how many of its stops
+run now, and its shared lists by kind and namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import metadata_only
+from dispatch_kubeflow.informer import Informers
+from dispatch_kubeflow.kube import KubeAPI, Resource
+from dispatch_kubeflow.kube.resources import (
+    JOB,
+    JOBSET,
+    POD,
+    TRAINING_RUNTIME,
+    TRAINJOB,
+    WORKLOAD,
+)
+
+Obj = dict[str, Any]
+
+WIDE: Mapping[Resource, str] = {
+    **{res: names.JOB_ID_LABEL for res in (TRAINJOB, TRAINING_RUNTIME, JOBSET, JOB, POD)},
+    WORKLOAD: names.KUEUE_JOB_UID_LABEL,
+}
+"""The selector of a kind's shared list: the label a stop's own selector names, for every
+job (a stop keeps those of its job, as its own selector would have)."""
+
+
+class Rounds:
+    """One kind's shared list in a namespace, for a crowd of stops (the module docstring):
+    a round is one list, and it serves every stop that asked for one before it was sent, so
+    each stop's proof still rests on a consistent read sent after it asked."""
+
+    def __init__(self, kube: KubeAPI, res: Resource, namespace: str, wide: str) -> None:
+        self.kube, self.res, self.namespace, self.wide = kube, res, namespace, wide
+        self.next: asyncio.Future[tuple[list[Obj], str]] | None = None
+        """The round not sent yet, which every stop asking now joins."""
+        self.sending: asyncio.Task[None] | None = None
+
+    async def fresh(self) -> tuple[list[Obj], str]:
+        if self.next is None:
+            self.next = asyncio.get_running_loop().create_future()
+            # Retrieved here should every stop of the round have been cancelled meanwhile.
+            self.next.add_done_callback(lambda f: f.cancelled() or f.exception())
+        joined = self.next
+        if self.sending is None or self.sending.done():
+            self.sending = asyncio.create_task(self._send())
+        # Shielded: one stop cancelled does not cancel the round the others wait for.
+        return await asyncio.shield(joined)
+
+    async def _send(self) -> None:
+        while self.next is not None:
+            # Taken before the list is sent: whoever asks from now on joins the next round.
+            round_, self.next = self.next, None
+            try:
+                # Metadata alone, sent and kept: all a stop reads (names, labels, owners,
+                # versions), and a tenth of a pod's bytes on a busy API server.
+                got = await self.kube.list(self.res, self.namespace, label_selector=self.wide,
+                                           trim=metadata_only, metadata=True)
+            except asyncio.CancelledError:
+                round_.cancel()
+                raise
+            except Exception as exc:
+                # Handed on, not handled: every stop of the round judges the failure as it
+                # would its own list's, and a bug is raised in each of them.
+                round_.set_exception(exc)
+            else:
+                round_.set_result(got)
+
+
+class Crowd:
+    """A Backend's stops, owned by the Backend beside its informers: the informers they
+    follow, how many run now, and their shared lists (:class:`Rounds`) by kind and
+    namespace."""
+
+    def __init__(self, informers: Informers) -> None:
+        self.informers = informers
+        self.running = 0
+        """How many stops of the Backend run now."""
+        self.lists: dict[tuple[Resource, str], Rounds] = {}
+        """The Backend's shared lists, by kind and namespace."""
+
+    @contextmanager
+    def joined(self) -> Iterator[None]:
+        """One stop of the crowd runs while this is entered."""
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
+
+    def rounds(self, kube: KubeAPI, res: Resource, namespace: str, wide: str) -> Rounds:
+        """The shared list of ``res`` in ``namespace`` (made by the first stop to ask)."""
+        key = (res, namespace)
+        rounds = self.lists.get(key)
+        if rounds is None:
+            rounds = self.lists[key] = Rounds(kube, res, namespace, wide)
+        return rounds
