@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatch_kubeflow import errors, find, gate, hold, preflight, state
+from dispatch_kubeflow import errors, find, gate, hold, state
 from dispatch_kubeflow.core import hold as core_hold
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import newest_workload
@@ -25,8 +25,9 @@ from dispatch_kubeflow.informer import Feed, Informers
 from dispatch_kubeflow.jobs import Listed
 from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
-from dispatch_kubeflow.model import CapabilityStatus, HoldMeta, ObjectRef
-from dispatch_kubeflow.preflight import access, probe_watch, readmission
+from dispatch_kubeflow.model import HoldMeta, ObjectRef
+from dispatch_kubeflow.preflight import proofs
+from dispatch_kubeflow.preflight.mode import Proofs
 from dispatch_kubeflow.settings import KueueSettings, Settings
 from dispatch_kubeflow.waits import deadline_after, wait_for, within
 
@@ -150,34 +151,9 @@ class KueueMode:
         return workload
 
     # --- what the preflight proves --------------------------------------------------------
-    def api_versions(self) -> list[tuple[str, str]]:
-        return [(names.KUEUE_GROUP, names.KUEUE_VERSION)]
-
-    def permissions(self, namespace: str) -> list[access.Permission]:
-        return access.kueue_permissions(namespace)
-
-    def hold_reason(self, namespace: str) -> str:
-        return access.kueue_hold_reason(namespace)
-
-    async def prove_readmission(self, kube: KubeAPI, watch_for: float) -> CapabilityStatus:
-        return await readmission.check_readmission(kube, self.settings.namespace, self.kueue,
-                                                   watch_for)
-
-    async def watch_probe(self, kube: KubeAPI, namespace: str, probe: Mapping[str, Any],
-                          seen: probe_watch.ProbeWatch) -> None:
-        await probe_watch.watch_workload(kube, namespace, str(meta(probe)["uid"]), seen)
-
-    def judge_probe(self, name: str, seen: probe_watch.ProbeWatch,
-                    seconds: float) -> CapabilityStatus:
-        return probe_watch.judge_gated(name, seen, seconds)
-
-    def judge_a_writes(self, probe: str, who: str, a_write: errors.KubeError | None,
-                       control: errors.KubeError | None) -> CapabilityStatus:
-        return preflight.judge_kueue_a_writes(probe, who, a_write, control)
-
-    def judge_guard(self, probe: str, who: str, unqueue: errors.KubeError | None,
-                    resume: errors.KubeError | None) -> CapabilityStatus:
-        return preflight.judge_kueue_guard(probe, who, unqueue, resume)
+    def proofs(self) -> Proofs:
+        return proofs.kueue(self.settings, self.kueue, labels=self.trainjob_labels(),
+                            closed=self.closed_annotations())
 
 
 def _name(obj: Mapping[str, Any] | None) -> str:

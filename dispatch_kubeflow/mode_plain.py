@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatch_kubeflow import errors, hold, observe, preflight, state
+from dispatch_kubeflow import errors, hold, observe, state
 from dispatch_kubeflow.admission_count import admit_plain
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.execution import alive
@@ -24,8 +24,9 @@ from dispatch_kubeflow.informer import Feed, Informers
 from dispatch_kubeflow.jobs import Listed
 from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
-from dispatch_kubeflow.model import CapabilityStatus, HoldMeta, ObjectRef
-from dispatch_kubeflow.preflight import access, probe_watch, readmission
+from dispatch_kubeflow.model import HoldMeta, ObjectRef
+from dispatch_kubeflow.preflight import proofs
+from dispatch_kubeflow.preflight.mode import Proofs
 from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.waits import deadline_after, within
 
@@ -103,30 +104,6 @@ class PlainMode:
         return await hold.release_trainjob(kube, ref.namespace, ref.name, instance)
 
     # --- what the preflight proves --------------------------------------------------------
-    def api_versions(self) -> list[tuple[str, str]]:
-        return []
-
-    def permissions(self, namespace: str) -> list[access.Permission]:
-        return access.plain_permissions(namespace)
-
-    def hold_reason(self, namespace: str) -> str:
-        return access.plain_hold_reason(namespace)
-
-    async def prove_readmission(self, kube: KubeAPI, watch_for: float) -> CapabilityStatus:
-        return readmission.plain_readmission()
-
-    async def watch_probe(self, kube: KubeAPI, namespace: str, probe: Mapping[str, Any],
-                          seen: probe_watch.ProbeWatch) -> None:
-        await probe_watch.watch_suspend(kube, namespace, str(probe["metadata"]["name"]), seen)
-
-    def judge_probe(self, name: str, seen: probe_watch.ProbeWatch,
-                    seconds: float) -> CapabilityStatus:
-        return probe_watch.judge_suspended(name, seen, seconds)
-
-    def judge_a_writes(self, probe: str, who: str, a_write: errors.KubeError | None,
-                       control: errors.KubeError | None) -> CapabilityStatus:
-        return preflight.judge_plain_a_writes(probe, who, a_write, control)
-
-    def judge_guard(self, probe: str, who: str, unqueue: errors.KubeError | None,
-                    resume: errors.KubeError | None) -> CapabilityStatus:
-        return preflight.judge_plain_guard(probe, who, resume)
+    def proofs(self) -> Proofs:
+        return proofs.plain(self.settings, labels=self.trainjob_labels(),
+                            closed=self.closed_annotations())

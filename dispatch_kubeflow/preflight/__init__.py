@@ -1,7 +1,7 @@
 """The preflight: what the backend proves before it may start jobs.
 
 Run when the backend opens, in this order, one module per proof; what differs between the
-modes is the mode's (:class:`~dispatch_kubeflow.preflight.mode.PreflightMode`):
+modes is the mode's, asked once (:class:`~dispatch_kubeflow.preflight.mode.Proofs`):
 
 1. **API versions** (:mod:`.versions`) — the cluster serves
    ``trainer.kubeflow.org/v1alpha1``, ``jobset.x-k8s.io/v1alpha2`` and, in Kueue mode,
@@ -72,7 +72,7 @@ from dispatch_kubeflow.preflight.access import (
     merged,
 )
 from dispatch_kubeflow.preflight.attempt import check_injected, dry_run_pod
-from dispatch_kubeflow.preflight.mode import PreflightMode
+from dispatch_kubeflow.preflight.mode import PreflightMode, Proofs
 from dispatch_kubeflow.preflight.readmission import check_queue, lease_fresh
 from dispatch_kubeflow.preflight.start_gate import PROBE_PREFIX, probe, probe_body
 from dispatch_kubeflow.preflight.verdicts import ALL, Caps, no, unknown, yes
@@ -88,6 +88,7 @@ __all__ = [
     "Caps",
     "Permission",
     "PreflightMode",
+    "Proofs",
     "a_binding",
     "a_write_patch",
     "check_injected",
@@ -109,28 +110,29 @@ __all__ = [
 ]
 
 
-def permissions(settings: Settings, mode: PreflightMode) -> list[Permission]:
+def permissions(settings: Settings, mode: PreflightMode | Proofs) -> list[Permission]:
     """Every verb and resource the library uses in ``mode``, and which capability needs it."""
-    ns = settings.namespace
-    return merged([*common_permissions(ns), *mode.permissions(ns)])
+    proofs = mode if isinstance(mode, Proofs) else mode.proofs()
+    return merged([*common_permissions(settings.namespace), *proofs.permissions])
 
 
 async def run(kube: KubeAPI, settings: Settings, mode: PreflightMode) -> Caps:
     """Every capability's status in ``mode``; see the module docstring."""
+    proofs = mode.proofs()
     try:
-        problems = await check_versions(kube, [*ALWAYS, *mode.api_versions()])
+        problems = await check_versions(kube, [*ALWAYS, *proofs.api_versions])
     except errors.KubeError as exc:
         return dict.fromkeys(ALL, unknown(f"could not read the served API versions: {exc}",
                                            CapabilitySource.NOT_CHECKED))
     if problems:
         return dict.fromkeys(ALL, no("; ".join(problems)))
     try:
-        missing = await check_permissions(kube, permissions(settings, mode))
+        missing = await check_permissions(kube, permissions(settings, proofs))
     except errors.KubeError as exc:
         return dict.fromkeys(ALL, unknown(f"could not review permissions: {exc}",
                                            CapabilitySource.NOT_CHECKED))
     caps: Caps = {
-        Capability.HOLD: yes(mode.hold_reason(settings.namespace)),
+        Capability.HOLD: yes(proofs.hold_reason),
         Capability.ATTEMPT_INJECTION: unknown("not probed", CapabilitySource.NOT_CHECKED),
         Capability.START_GATE: unknown("not probed", CapabilitySource.NOT_CHECKED),
     }
@@ -140,7 +142,7 @@ async def run(kube: KubeAPI, settings: Settings, mode: PreflightMode) -> Caps:
         if Capability.READMISSION_GATE in missing:
             return
         try:
-            caps[Capability.READMISSION_GATE] = await mode.prove_readmission(kube, seconds)
+            caps[Capability.READMISSION_GATE] = await proofs.readmission(kube, seconds)
         except errors.KubeError as exc:
             caps[Capability.READMISSION_GATE] = unknown(f"could not check: {exc}")
 
@@ -148,7 +150,7 @@ async def run(kube: KubeAPI, settings: Settings, mode: PreflightMode) -> Caps:
         if Capability.START_GATE in missing:
             return
         try:
-            await probe(kube, settings, mode, caps,
+            await probe(kube, settings, proofs, caps,
                         try_injection=Capability.ATTEMPT_INJECTION not in missing)
         except errors.KubeError as exc:
             caps[Capability.START_GATE] = unknown(f"the start-gate probe failed: {exc}")

@@ -25,7 +25,7 @@ from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import TRAINJOB
 from dispatch_kubeflow.model import CapabilityStatus
-from dispatch_kubeflow.preflight.mode import PreflightMode
+from dispatch_kubeflow.preflight.mode import Proofs
 from dispatch_kubeflow.preflight.verdicts import no, unknown, yes
 
 A_POLICY = "dispatch-admission-count"
@@ -143,8 +143,10 @@ def judge_kueue_guard(probe: str, who: str, unqueue: errors.KubeError | None,
                f"by ValidatingAdmissionPolicy {A_POLICY}")
 
 
-def judge_plain_guard(probe: str, who: str, resume: errors.KubeError | None) -> CapabilityStatus:
-    """Plain mode: the library resumes what it admits, so the resume must be admitted."""
+def judge_plain_guard(probe: str, who: str, unqueue: errors.KubeError | None,
+                      resume: errors.KubeError | None) -> CapabilityStatus:
+    """Plain mode: the library resumes what it admits, so the resume must be admitted (a
+    plain job has no queue label: what the unqueue patch met proves nothing here)."""
     if resume is None:
         return yes(f"plain mode: the library resumes the jobs it admits, and {who} may: a "
                    f"dry-run resume of probe TrainJob {probe} was admitted")
@@ -186,7 +188,7 @@ async def _dry_run_patch(kube: KubeAPI, namespace: str, name: str,
 
 
 async def check_a_writes(kube: KubeAPI, ns: str, probe_name: str,
-                         mode: PreflightMode) -> CapabilityStatus:
+                         proofs: Proofs) -> CapabilityStatus:
     """Who may write the probe's A (in Kueue mode only the controller, in plain mode we),
     and who may resume it or take its queue label off."""
     who, a_write, control, unqueue, resume = await asyncio.gather(
@@ -194,10 +196,10 @@ async def check_a_writes(kube: KubeAPI, ns: str, probe_name: str,
         _dry_run_patch(kube, ns, probe_name, control_patch()),
         _dry_run_patch(kube, ns, probe_name, unqueue_patch()),
         _dry_run_patch(kube, ns, probe_name, resume_patch()))
-    writes = mode.judge_a_writes(probe_name, who, a_write, control)
+    writes = proofs.judge_a_writes(probe_name, who, a_write, control)
     if not writes.ok:
         return writes
-    guard = mode.judge_guard(probe_name, who, unqueue, resume)
+    guard = proofs.judge_guard(probe_name, who, unqueue, resume)
     if not guard.ok:
         return guard
     return yes(f"{writes.reason}\n{guard.reason}")

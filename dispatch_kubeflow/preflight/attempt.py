@@ -22,7 +22,7 @@ from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, SERVICE_ACCOUNT
 from dispatch_kubeflow.model import CapabilityStatus, JobID
 from dispatch_kubeflow.preflight.a_writes import check_a_writes
-from dispatch_kubeflow.preflight.mode import PreflightMode
+from dispatch_kubeflow.preflight.mode import Proofs
 from dispatch_kubeflow.preflight.verdicts import no, yes
 from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.waits import wait_for
@@ -108,7 +108,7 @@ async def refuses_unadmitted(kube: KubeAPI, settings: Settings, job: JobID,
             "older than the pod fence of this library; upgrade it")
 
 
-async def attempt_injection(kube: KubeAPI, settings: Settings, mode: PreflightMode, job: JobID,
+async def attempt_injection(kube: KubeAPI, settings: Settings, proofs: Proofs, job: JobID,
                             probe_name: str) -> CapabilityStatus:
     """The admission webhook injects the identity into a pod of the probe, and nobody but
     who should may raise A (:mod:`.a_writes`)."""
@@ -129,7 +129,7 @@ async def attempt_injection(kube: KubeAPI, settings: Settings, mode: PreflightMo
     fenced = await refuses_unadmitted(kube, settings, job, probe_name)
     if fenced is not None:
         return no(fenced)
-    writes = await check_a_writes(kube, settings.namespace, probe_name, mode)
+    writes = await check_a_writes(kube, settings.namespace, probe_name, proofs)
     if not writes.ok:
         return writes
     # The first line stays the one the seed's tutorial prints.

@@ -74,7 +74,11 @@ def breached(name: str, seen: ProbeWatch) -> CapabilityStatus | None:
 # --- Kueue mode ---------------------------------------------------------------------------------
 
 
-async def watch_workload(kube: KubeAPI, ns: str, uid: str, seen: ProbeWatch) -> None:
+async def watch_workload(kube: KubeAPI, ns: str, probe: Mapping[str, Any],
+                         seen: ProbeWatch) -> None:
+    """Kueue mode: the probe's Workload (by its TrainJob's UID) must stay AdmissionGated."""
+    uid = str(meta(probe)["uid"])
+
     def look(wls: Mapping[str, Any]) -> bool | None:
         for wl in wls.values():
             qr = condition(wl, "QuotaReserved") or {}
@@ -117,7 +121,11 @@ def judge_gated(name: str, seen: ProbeWatch, seconds: float) -> CapabilityStatus
 # --- plain mode ---------------------------------------------------------------------------------
 
 
-async def watch_suspend(kube: KubeAPI, ns: str, name: str, seen: ProbeWatch) -> None:
+async def watch_suspend(kube: KubeAPI, ns: str, probe: Mapping[str, Any],
+                        seen: ProbeWatch) -> None:
+    """Plain mode: the probe TrainJob must stay suspended."""
+    name = str(meta(probe)["name"])
+
     def look(tjs: Mapping[str, Any]) -> bool | None:
         tj = tjs.get(name)
         if tj is not None and not (tj.get("spec") or {}).get("suspend"):

@@ -63,14 +63,14 @@ def check_queue(cluster_queue: Mapping[str, Any], check_name: str) -> str | None
             "without waiting for the pods of its previous execution to go")
 
 
-def plain_readmission() -> CapabilityStatus:
-    """Plain mode: the adapter is the gate itself."""
+async def plain_readmission(kube: KubeAPI, watch_for: float) -> CapabilityStatus:
+    """Plain mode: the adapter is the gate itself (nothing to read)."""
     return yes("plain mode: the adapter raises A and unsuspends a job only after every "
                "pod of its previous execution has gone", CapabilitySource.MODE)
 
 
-async def check_readmission(kube: KubeAPI, ns: str, kueue: KueueSettings,
-                            watch_for: float) -> CapabilityStatus:
+async def check_readmission(kube: KubeAPI, watch_for: float, *, ns: str,
+                            kueue: KueueSettings) -> CapabilityStatus:
     """Kueue mode: the queue lists the check, whose controller is dispatch's and alive."""
     lq = await kube.get_or_none(LOCAL_QUEUE, kueue.local_queue, ns)
     if lq is None:

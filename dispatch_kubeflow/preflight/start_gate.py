@@ -23,7 +23,7 @@ from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME, TRAINJOB
 from dispatch_kubeflow.model import Capability, CapabilitySource, JobID
 from dispatch_kubeflow.preflight.attempt import PROBE_NODE_LABEL, attempt_injection
-from dispatch_kubeflow.preflight.mode import PreflightMode
+from dispatch_kubeflow.preflight.mode import Proofs
 from dispatch_kubeflow.preflight.probe_watch import ProbeWatch, watch_pods
 from dispatch_kubeflow.preflight.verdicts import Caps, unknown
 from dispatch_kubeflow.settings import Settings
@@ -32,13 +32,13 @@ PROBE_PREFIX = "dj-probe-"
 PROBE_MANAGER = f"{names.DOMAIN}/preflight"
 
 
-def probe_body(settings: Settings, mode: PreflightMode, runtime: Mapping[str, Any],
+def probe_body(settings: Settings, proofs: Proofs, runtime: Mapping[str, Any],
                job: JobID) -> dict[str, Any]:
     """The closed, unschedulable probe TrainJob (pure)."""
     name = PROBE_PREFIX + job.lower()
     labels = {names.JOB_ID_LABEL: str(job), names.SUBMISSION_LABEL: "1",
               names.ATTEMPT_LABEL: "1", names.MANAGED_BY_LABEL: names.MANAGED_BY,
-              **mode.trainjob_labels()}
+              **proofs.trainjob_labels}
     rjs = [rj.get("name") for rj in (((runtime.get("spec") or {}).get("template") or {})
                                      .get("spec") or {}).get("replicatedJobs") or []
            if rj.get("name")]
@@ -47,7 +47,7 @@ def probe_body(settings: Settings, mode: PreflightMode, runtime: Mapping[str, An
             "nodeSelector": {PROBE_NODE_LABEL: "unschedulable"}}}}}} for rj in rjs]}}}}
     return {
         "metadata": {"name": name, "namespace": settings.namespace, "labels": labels,
-                     "annotations": mode.closed_annotations()},
+                     "annotations": dict(proofs.closed_annotations)},
         "spec": {
             "runtimeRef": {"apiGroup": names.TRAINER_GROUP, "kind": settings.probe_runtime.kind,
                            "name": settings.probe_runtime.name},
@@ -58,7 +58,7 @@ def probe_body(settings: Settings, mode: PreflightMode, runtime: Mapping[str, An
     }
 
 
-async def probe(kube: KubeAPI, settings: Settings, mode: PreflightMode, caps: Caps, *,
+async def probe(kube: KubeAPI, settings: Settings, proofs: Proofs, caps: Caps, *,
                 try_injection: bool) -> None:
     """Prove the start gate (and attempt injection while the probe exists) into ``caps``."""
     pr = settings.probe_runtime
@@ -74,14 +74,14 @@ async def probe(kube: KubeAPI, settings: Settings, mode: PreflightMode, caps: Ca
             "not probed: it needs the start-gate probe TrainJob", CapabilitySource.NOT_CHECKED)
         return
     job = JobID.new()
-    body = probe_body(settings, mode, runtime, job)
+    body = probe_body(settings, proofs, runtime, job)
     name = body["metadata"]["name"]
     created = await kube.create(TRAINJOB, body, ns, field_manager=names.ADAPTER_FIELD_MANAGER)
     seconds = settings.timeouts.preflight_probe.total_seconds()
     try:
         seen = ProbeWatch(end_at_proof=settings.probe_watch == "proof")
         tasks = [asyncio.ensure_future(watch_pods(kube, ns, name, seen)),
-                 asyncio.ensure_future(mode.watch_probe(kube, ns, created, seen))]
+                 asyncio.ensure_future(proofs.watch_probe(kube, ns, created, seen))]
         # A watch that fails ends the wait at once: it has nothing more to say. With
         # probeWatch "proof", so does a positive proof, or a watch that saw a breach.
         waiters: list[asyncio.Future[Any]] = list(tasks)
@@ -90,7 +90,7 @@ async def probe(kube: KubeAPI, settings: Settings, mode: PreflightMode, caps: Ca
         try:
             if try_injection:
                 caps[Capability.ATTEMPT_INJECTION] = await attempt_injection(
-                    kube, settings, mode, job, name)
+                    kube, settings, proofs, job, name)
             await asyncio.wait(waiters, timeout=seconds,
                                return_when=asyncio.FIRST_EXCEPTION
                                if settings.probe_watch == "window" else asyncio.FIRST_COMPLETED)
@@ -98,7 +98,7 @@ async def probe(kube: KubeAPI, settings: Settings, mode: PreflightMode, caps: Ca
             failure = await end_watches(waiters)
         if failure is not None:
             raise failure
-        caps[Capability.START_GATE] = mode.judge_probe(name, seen, seconds)
+        caps[Capability.START_GATE] = proofs.judge_probe(name, seen, seconds)
     finally:
         with contextlib.suppress(errors.KubeError):
             await kube.delete(TRAINJOB, name, ns, uid=str(meta(created)["uid"]))

@@ -220,8 +220,11 @@ def test_kueue_mode_guard_needs_both_refused_by_the_policy() -> None:
 
 def test_plain_mode_guard_needs_the_resume_admitted() -> None:
     who = "system:serviceaccount:t:svc"
-    assert preflight.judge_plain_guard(PROBE, who, None).value is CapabilityValue.YES
-    refused = preflight.judge_plain_guard(PROBE, who, denial(403, "Forbidden"))
+    assert preflight.judge_plain_guard(PROBE, who, None, None).value is CapabilityValue.YES
+    # A plain job has no queue label: what the unqueue patch met proves nothing.
+    assert preflight.judge_plain_guard(PROBE, who, denial(403, "Forbidden"),
+                                       None).value is CapabilityValue.YES
+    refused = preflight.judge_plain_guard(PROBE, who, None, denial(403, "Forbidden"))
     assert refused.value is CapabilityValue.NO
     assert "(key writers)" in refused.reason
 

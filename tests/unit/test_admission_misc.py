@@ -121,7 +121,8 @@ async def test_a_worker_outlives_a_keys_failure_and_brings_the_key_back(
     not-yet (False) brings the key back after its backoff; the worker goes on with the
     other keys, and each failure is counted."""
     q: WorkQueue[tuple[str, str]] = WorkQueue(base_delay=0.01)
-    outcomes = {("ns", "api"): [errors.KubeConflict("conflict", status=409), True],
+    outcomes: dict[tuple[str, str], list[Exception | bool]] = {
+        ("ns", "api"): [errors.KubeConflict("conflict", status=409), True],
                 ("ns", "bug"): [RuntimeError("a bug"), True],
                 ("ns", "later"): [False, True], ("ns", "ok"): [True]}
     seen: list[tuple[str, str]] = []

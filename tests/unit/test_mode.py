@@ -101,7 +101,7 @@ async def run_probe(kube: WatchingKube, seconds: str = "0.2s") -> dict[Capabilit
                                "timeouts": {"preflightProbe": seconds}})
     kube.objects[(CLUSTER_TRAINING_RUNTIME.plural, "", "rt")] = {"metadata": {"name": "rt"}}
     caps: dict[Capability, Any] = {}
-    await probe(kube, settings, select_mode(settings), caps, try_injection=False)
+    await probe(kube, settings, select_mode(settings).proofs(), caps, try_injection=False)
     return caps
 
 
@@ -147,7 +147,7 @@ async def gated_probe(probe_watch: str, *, gate: str = names.GATE,
     kueue = asyncio.create_task(workload_reported_gated())
     caps: dict[Capability, Any] = {}
     began = asyncio.get_running_loop().time()
-    await probe(kube, settings, select_mode(settings), caps, try_injection=False)
+    await probe(kube, settings, select_mode(settings).proofs(), caps, try_injection=False)
     await kueue
     return caps[Capability.START_GATE], asyncio.get_running_loop().time() - began
 

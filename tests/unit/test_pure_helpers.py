@@ -106,7 +106,7 @@ def test_cluster_queue_check_rules() -> None:
 def test_probe_is_closed_and_unschedulable() -> None:
     job = JobID.new(NOW)
     runtime = {"spec": {"template": {"spec": {"replicatedJobs": [{"name": "node"}]}}}}
-    body = probe_body(SETTINGS, select_mode(SETTINGS), runtime, job)
+    body = probe_body(SETTINGS, select_mode(SETTINGS).proofs(), runtime, job)
     assert body["metadata"]["name"] == f"dj-probe-{job.lower()}"
     assert len(body["metadata"]["name"]) <= 63
     assert body["metadata"]["annotations"][names.ADMISSION_GATED_BY] == names.GATE
