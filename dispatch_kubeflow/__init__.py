@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         KIND_TRAINING_RUNTIME,
         Actor,
         ActorKind,
+        AdapterConfig,
         CallMeta,
         Capability,
         CapabilitySource,
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
         StopReport,
     )
     from dispatch_kubeflow.output import LogStream
-    from dispatch_kubeflow.registry import AdapterConfig, open_backend, register, registered
+    from dispatch_kubeflow.registry import open_backend, register, registered
     from dispatch_kubeflow.settings import Settings
 
 __all__ = [
@@ -168,7 +169,7 @@ _WHERE: dict[str, str] = {
     "StartRequest": "dispatch_kubeflow.model",
     "StopReport": "dispatch_kubeflow.model",
     "LogStream": "dispatch_kubeflow.output",
-    "AdapterConfig": "dispatch_kubeflow.registry",
+    "AdapterConfig": "dispatch_kubeflow.model",
     "open_backend": "dispatch_kubeflow.registry",
     "register": "dispatch_kubeflow.registry",
     "registered": "dispatch_kubeflow.registry",

@@ -42,6 +42,7 @@ from dispatch_kubeflow.mode import Mode
 from dispatch_kubeflow.mode_kueue import KueueMode
 from dispatch_kubeflow.mode_plain import PlainMode
 from dispatch_kubeflow.model import (
+    AdapterConfig,
     Capability,
     CapabilitySource,
     CapabilityStatus,
@@ -60,14 +61,13 @@ from dispatch_kubeflow.model import (
 from dispatch_kubeflow.opening import Opening
 from dispatch_kubeflow.output import LogStream
 from dispatch_kubeflow.preflight import run as run_preflight
-from dispatch_kubeflow.registry import AdapterConfig, register
 from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.waits import deadline_after, within
 
 log = logging.getLogger(__name__)
 
 NAME = "kubeflow"
-"""The name this backend registers under."""
+"""The name this backend is opened by (:mod:`dispatch_kubeflow.registry`)."""
 
 
 def select_mode(settings: Settings) -> Mode:
@@ -333,6 +333,3 @@ async def factory(config: AdapterConfig) -> Backend:
         raise errors.SettingsError(f"backend: this factory opens {NAME!r}, not "
                                    f"{config.backend!r}", field="backend")
     return await Backend.connect(config.settings)
-
-
-register(NAME, factory)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dispatch_kubeflow.core import identity
 from dispatch_kubeflow.errors import SpecError
@@ -412,3 +412,15 @@ class OutputStream(StrEnum):
     STDOUT = "Stdout"
     STDERR = "Stderr"
     ALL = "All"
+
+
+SettingsSection = bytes | str | Mapping[str, Any]
+"""A backend's settings section: JSON text, bytes, or a mapping."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterConfig:
+    """Which backend to open, and its settings section (JSON text, bytes or a mapping)."""
+
+    backend: str
+    settings: SettingsSection = field(default_factory=dict)

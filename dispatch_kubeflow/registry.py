@@ -1,37 +1,25 @@
-"""Adapter configs and the factory registry: open a backend by name.
+"""The factory registry: open a backend by name.
 
-A backend registers an async factory under its name (the Kubeflow backend registers as
-``"kubeflow"`` when :mod:`dispatch_kubeflow.backend` is imported, which :func:`registered`
-and :func:`open_backend` make sure of); :func:`open_backend` looks the name up and awaits
-the factory with the config's settings section.
+A backend registers an async factory under its name; the Kubeflow backend is registered as
+``"kubeflow"`` from the start (:data:`dispatch_kubeflow.backend.NAME`). :func:`open_backend`
+looks the config's name up and awaits the factory with the config's settings section.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
 
+from dispatch_kubeflow import backend
+from dispatch_kubeflow.backend import Backend
 from dispatch_kubeflow.core.errors import SettingsError
+from dispatch_kubeflow.model import AdapterConfig, SettingsSection
 from dispatch_kubeflow.opening import Opening
 
-if TYPE_CHECKING:  # for the types only: the backend imports this module
-    from dispatch_kubeflow.backend import Backend
+__all__ = ["AdapterConfig", "Factory", "SettingsSection", "open_backend", "register",
+           "registered"]
 
-SettingsSection = bytes | str | Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class AdapterConfig:
-    """Which backend to open, and its settings section (JSON text, bytes or a mapping)."""
-
-    backend: str
-    settings: SettingsSection = field(default_factory=dict)
-
-
-Factory = Callable[[AdapterConfig], Awaitable["Backend"]]
-_FACTORIES: dict[str, Factory] = {}
+Factory = Callable[[AdapterConfig], Awaitable[Backend]]
+_FACTORIES: dict[str, Factory] = {backend.NAME: backend.factory}
 
 
 def register(name: str, factory: Factory, *, replace: bool = False) -> None:
@@ -43,18 +31,8 @@ def register(name: str, factory: Factory, *, replace: bool = False) -> None:
     _FACTORIES[name] = factory
 
 
-_BUILTIN = "dispatch_kubeflow.backend"
-"""The module of the Kubeflow backend, which registers it (loaded on first need: the package
-loads its modules lazily)."""
-
-
-def _load_builtin() -> None:
-    importlib.import_module(_BUILTIN)
-
-
 def registered() -> tuple[str, ...]:
     """The names that can be opened."""
-    _load_builtin()
     return tuple(sorted(_FACTORIES))
 
 
@@ -66,7 +44,6 @@ def open_backend(config: AdapterConfig) -> Opening[Backend]:
 
 
 async def _open(config: AdapterConfig) -> Backend:
-    _load_builtin()
     factory = _FACTORIES.get(config.backend)
     if factory is None:
         known = ", ".join(registered()) or "none"
