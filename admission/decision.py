@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from admission.intake import Obj
 from dispatch_kubeflow.core import hold, names
@@ -23,7 +23,6 @@ from dispatch_kubeflow.core.kueue import trainjob_of
 from dispatch_kubeflow.core.objects import (
     annotations_of,
     condition,
-    controller_uid,
     is_true,
     labels_of,
 )
@@ -189,8 +188,3 @@ def check_apply(wl: Obj, check: str, state: str, message: str, now: datetime, *,
 
 def quota_reserved_at(wl: Obj) -> datetime | None:
     return parse_time((condition(wl, "QuotaReserved") or {}).get("lastTransitionTime"))
-
-
-def owner_uid(wl: Mapping[str, Any]) -> str:
-    """The UID of the TrainJob that controls this Workload ("" when none is recorded)."""
-    return controller_uid(wl, "TrainJob")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 
-from admission.decision import owner_uid
 from admission.intake import Caches, Obj, key_of
 from dispatch_kubeflow.core.execution import approved_jobset
+from dispatch_kubeflow.core.objects import controller_uid, meta
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import JOBSET, TRAINJOB, WORKLOAD
 
@@ -37,12 +37,13 @@ class Reads:
         Safe because the raise of A carries its resourceVersion; without a raise, the token
         it shows for this admission is in every newer version too, or a newer admission's
         Workload version fails the Ready's fence (docs/readmission-model.md)."""
+        owner = controller_uid(wl, "TrainJob")
         tj = None if live else self.caches.trainjob(ns, name)
-        if tj is not None and owner_uid(wl) not in ("", (tj.get("metadata") or {}).get("uid")):
+        if tj is not None and owner not in ("", meta(tj).get("uid")):
             tj = None
         if tj is None:
             tj = await self.kube.get_or_none(TRAINJOB, name, ns)
-        if tj is not None and owner_uid(wl) not in ("", (tj.get("metadata") or {}).get("uid")):
+        if tj is not None and owner not in ("", meta(tj).get("uid")):
             # A later attempt's TrainJob of the same name: not the one this Workload is of.
             return None
         return tj
