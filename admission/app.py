@@ -214,6 +214,7 @@ class Controller:
         self._spawn(self.readmission.run(), "readmission")
         self._spawn(self.active.run(), "active condition")
         self._spawn(self.gate_lift.run(), "gate lift")
+        self._spawn(self.holds.run(), "hold expiry")
         if self.keeper is not None:
             self._spawn(self.keeper.run(), "webhook configuration")
         self._spawn(self.elector.run(), "leader election")

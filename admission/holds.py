@@ -2,7 +2,9 @@
 
 A hold is ``spec.active=false`` plus the ``hold-*`` annotations on the Workload, and the
 same annotations on its TrainJob (core.hold; docs/design.md "Holds"). Each held Workload
-gets one timer at its hold-until (no poll of everything); when it fires the leader re-reads
+gets one timer at its hold-until (no poll of everything), on the keyed work queue the
+readmission uses (a failure comes back after its backoff, a bug included); when it fires
+the leader re-reads
 the Workload and, if the same hold instance is still there and expired, first removes the
 TrainJob's record (as Release does: the controller puts back a hold the TrainJob still
 records), then sets ``spec.active=true`` and removes the Workload's annotations. Each is one
@@ -20,7 +22,8 @@ from admission.faults import Faults
 from admission.intake import Caches, Feed, Key, Obj, key_of
 from admission.lease import LeaderElector
 from admission.observability import Metrics
-from dispatch_kubeflow.core import errors, hold, names
+from admission.workqueue import WorkQueue, serve
+from dispatch_kubeflow.core import hold, names
 from dispatch_kubeflow.core.kueue import trainjob_of
 from dispatch_kubeflow.core.objects import annotations_of
 from dispatch_kubeflow.core.times import parse_time
@@ -50,14 +53,15 @@ def release_patch(wl: Obj) -> Obj:
 
 class HoldExpiry:
     def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches, workloads: Feed,
-                 metrics: Metrics, faults: Faults | None = None) -> None:
+                 metrics: Metrics, faults: Faults | None = None, *, workers: int = 1) -> None:
         self.kube = kube
         self.faults = faults or Faults()
         self.elector = elector
         self.caches = caches
         self.metrics = metrics
-        self._timers: dict[Key, asyncio.TimerHandle] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.workers = workers
+        # 409 included: re-read and judged again after the backoff.
+        self.queue: WorkQueue[Key] = WorkQueue(base_delay=0.2, max_delay=30.0)
         workloads.subscribe(self._on_workload)
         elector.on_change(self._on_leadership)
 
@@ -70,33 +74,19 @@ class HoldExpiry:
         self._schedule(key_of(obj), None if typ == "DELETED" else obj)
 
     def _schedule(self, key: Key, wl: Obj | None) -> None:
-        timer = self._timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
         until = hold_until(wl) if wl else None
         if until is None:
+            self.queue.cancel_after(key)
             return
-        delay = max(0.0, (until - datetime.now(UTC)).total_seconds())
-        loop = asyncio.get_running_loop()
-        self._timers[key] = loop.call_later(delay, self._fire, key)
+        self.queue.add_after(key, max(0.0, (until - datetime.now(UTC)).total_seconds()))
 
-    def _fire(self, key: Key) -> None:
-        self._timers.pop(key, None)
-        task = asyncio.get_running_loop().create_task(self._release(key))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def run(self) -> None:
+        await asyncio.gather(*(serve(self.queue, self._release, what="expired hold of workload")
+                               for _ in range(self.workers)))
 
-    async def _release(self, key: Key) -> None:
-        for attempt in range(20):
-            try:
-                await self._release_once(key)
-                return
-            except errors.KubeError as exc:  # 409 included: re-read and judge again
-                delay = min(0.2 * float(2**attempt), 30.0)
-                log.warning("cannot release expired hold of %s/%s: %s; retrying in %.1fs",
-                            *key, exc, delay)
-                await asyncio.sleep(delay)
-        log.error("gave up releasing the expired hold of %s/%s", *key)
+    async def _release(self, key: Key) -> bool:
+        await self._release_once(key)
+        return True
 
     async def _release_once(self, key: Key) -> None:
         if not self.elector.is_leader():
@@ -129,8 +119,4 @@ class HoldExpiry:
                         "hold_until": until.isoformat()})
 
     def close(self) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-        for task in self._tasks:
-            task.cancel()
+        self.queue.close()

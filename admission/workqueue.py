@@ -44,6 +44,12 @@ class WorkQueue(Generic[K]):
         loop = asyncio.get_running_loop()
         self._timers[key] = loop.call_later(delay, self._fire, key)
 
+    def cancel_after(self, key: K) -> None:
+        """Drop ``key``'s pending timer, if any (a key queued already stays queued)."""
+        old = self._timers.pop(key, None)
+        if old is not None:
+            old.cancel()
+
     def _fire(self, key: K) -> None:
         self._timers.pop(key, None)
         self.add(key)

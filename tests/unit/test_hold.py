@@ -5,6 +5,7 @@ with a deleted Workload is tests/cluster/test_pod_paths.py's."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -278,6 +279,36 @@ async def test_an_expired_hold_is_cleared_on_the_trainjob_first() -> None:
     assert hold.instance(w.k.objects[(TRAINJOB.plural, NS, TJ)]) == 0
     assert wl_now(w)["spec"]["active"] is True
     expiry.close()
+
+
+@pytest.mark.asyncio
+async def test_an_expiry_that_fails_comes_back_after_its_backoff() -> None:
+    """The expiry runs on the work queue: a failure, even a bug, brings the key back after
+    its backoff instead of ending the release (a bare task lost it)."""
+    w = await make_world(0)
+    past = datetime.now(UTC) - timedelta(minutes=1)
+    w.k.write_now(TRAINJOB, TJ, NS, {"metadata": {"annotations": record(1, past)}})
+    w.k.write_now(WORKLOAD, WL, NS, {"metadata": {"annotations": record(1, past)},
+                                     "spec": {"active": False}})
+    expiry = HoldExpiry(w.k, w.elector, w.r.caches, w.feeds["workloads"], w.r.metrics)
+
+    def bug() -> None:
+        raise RuntimeError("a bug in the first release")
+
+    w.when("patch", WORKLOAD, bug)
+    expiry._schedule(KEY, wl_now(w))
+    runner = asyncio.ensure_future(expiry.run())
+    try:
+        for _ in range(100):
+            if wl_now(w)["spec"]["active"] is True:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        expiry.close()
+    assert wl_now(w)["spec"]["active"] is True
+    assert hold.instance(w.k.objects[(TRAINJOB.plural, NS, TJ)]) == 0
 
 
 @pytest.mark.asyncio
