@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.runner import FAULTS, HEALTH_WAIT, SCHEDULE_OPS, make_plan, wait_healthy
+from chaos.health import HEALTH_WAIT, wait_healthy
+from chaos.plan import FAULTS, SCHEDULE_OPS, make_plan
 from dispatch_kubeflow.kube import Kube
 from tests.cluster.admission_fixture import AdmissionHandle
 from tests.cluster.helpers import why_not_local

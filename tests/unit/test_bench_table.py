@@ -15,7 +15,7 @@ from tests.conftest import REPO
 
 def load_scale(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     # bench/ is scripts, not a package: load bench/scale.py by its path, with its directory
-    # on the path as when it runs (it imports its sibling floor.py).
+    # on the path as when it runs (it imports its siblings: phases.py, tables.py and the rest).
     monkeypatch.syspath_prepend(str(Path(REPO) / "bench"))
     path = Path(REPO) / "bench" / "scale.py"
     spec = importlib.util.spec_from_file_location("bench_scale", path)

@@ -13,7 +13,25 @@ import pytest
 
 from chaos import runner
 from chaos.checker import check_calls
+from chaos.end import quota_free
+from chaos.faults import Faults
 from chaos.history import Final, read_operations
+from chaos.objects import job_command, job_request, runtime_body, workload_of
+from chaos.operations import JobState, Operations
+from chaos.plan import (
+    FAULTS,
+    LEASE_DURATION,
+    MIX,
+    NODE_MONITOR_GRACE,
+    SCHEDULE_OPS,
+    SCHEDULE_OPS_1,
+    TERM_LINGERS,
+    JobPlan,
+    Plan,
+    make_plan,
+)
+from chaos.recorder import Recorder, now_us
+from chaos.run import NotJudged, Run, RunResult, _uninterrupted
 from dispatch_kubeflow import (
     Backend,
     ConflictError,
@@ -29,9 +47,9 @@ from dispatch_kubeflow.kube import Kube, Resource
 
 
 def test_the_plan_is_a_function_of_the_seed() -> None:
-    a = runner.make_plan(7, jobs=3, ops=8)
-    assert a == runner.make_plan(7, jobs=3, ops=8)
-    assert a != runner.make_plan(8, jobs=3, ops=8)
+    a = make_plan(7, jobs=3, ops=8)
+    assert a == make_plan(7, jobs=3, ops=8)
+    assert a != make_plan(8, jobs=3, ops=8)
     assert len(a.jobs) == 3
     assert sum(1 for s in a.steps if s.kind == "op") == 8
     assert a.jobs[0].fail_once  # every run has a job that JobSet restarts
@@ -40,46 +58,46 @@ def test_the_plan_is_a_function_of_the_seed() -> None:
 
 def test_faults_come_only_from_those_available() -> None:
     for seed in range(50):
-        plan = runner.make_plan(seed, faults=["delete-leader-pod"])
+        plan = make_plan(seed, faults=["delete-leader-pod"])
         assert {s.name for s in plan.steps if s.kind == "fault"} <= {"delete-leader-pod"}
-        assert not [s for s in runner.make_plan(seed, faults=[]).steps if s.kind == "fault"]
+        assert not [s for s in make_plan(seed, faults=[]).steps if s.kind == "fault"]
 
 
 def test_many_seeds_cover_every_operation_and_fault() -> None:
     ops: set[str] = set()
     faults: set[str] = set()
     for seed in range(200):
-        for s in runner.make_plan(seed).steps:
+        for s in make_plan(seed).steps:
             (ops if s.kind == "op" else faults).add(s.name)
-    assert ops == set(runner.SCHEDULE_OPS)
-    assert faults == set(runner.FAULTS)
+    assert ops == set(SCHEDULE_OPS)
+    assert faults == set(FAULTS)
 
 
 def test_a_pause_outlasts_the_node_monitor_grace_and_a_sigstop_the_lease() -> None:
     for seed in range(100):
-        for s in runner.make_plan(seed).steps:
+        for s in make_plan(seed).steps:
             if s.name == "node-pause":
-                assert runner.NODE_MONITOR_GRACE < s.arg < runner.NODE_MONITOR_GRACE + 10
+                assert NODE_MONITOR_GRACE < s.arg < NODE_MONITOR_GRACE + 10
             if s.name == "controller-sigstop":
-                assert s.arg > runner.LEASE_DURATION
+                assert s.arg > LEASE_DURATION
 
 
 def test_the_job_command_carries_the_ledger_settings() -> None:
-    plan = runner.JobPlan(nodes=2, fail_once=True, run_seconds=5.0, open_at_start=True)
-    cmd = runner.job_command(plan)
+    plan = JobPlan(nodes=2, fail_once=True, run_seconds=5.0, open_at_start=True)
+    cmd = job_command(plan)
     assert cmd[0] == "env"
     assert "LEDGER_FAIL_ONCE=1" in cmd
     assert "LEDGER_RUN_SECONDS=5" in cmd
     assert cmd[-4:-2] == ["/bin/sh", "-c"]
     assert cmd[-1] == "ledger"
-    other = runner.job_command(plan, variant="other")
+    other = job_command(plan, variant="other")
     assert other != cmd
-    req = runner.job_request(JobID.new(), plan, "dispatch-chaos-1-0")
+    req = job_request(JobID.new(), plan, "dispatch-chaos-1-0")
     req.validate()
 
 
 def test_the_runtime_mounts_the_ledger_from_the_host() -> None:
-    body = runner.runtime_body("dispatch-chaos-1-0", Path("/var/lib/dispatch-chaos/1-0"))
+    body = runtime_body("dispatch-chaos-1-0", Path("/var/lib/dispatch-chaos/1-0"))
     pod = body["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     vol = pod["spec"]["volumes"][0]
     assert vol["hostPath"] == {"path": "/var/lib/dispatch-chaos/1-0",
@@ -88,7 +106,7 @@ def test_the_runtime_mounts_the_ledger_from_the_host() -> None:
 
 
 def test_the_recorder_records_results_typed_errors_and_hung_calls(tmp_path: Path) -> None:
-    rec = runner.Recorder(tmp_path / "ops.jsonl", hung_grace=0.05)
+    rec = Recorder(tmp_path / "ops.jsonl", hung_grace=0.05)
 
     async def ok() -> str:
         return "ns/name"
@@ -132,7 +150,7 @@ def test_the_recorder_records_results_typed_errors_and_hung_calls(tmp_path: Path
 
 
 def test_an_untyped_error_is_recorded_by_its_class_and_judged(tmp_path: Path) -> None:
-    rec = runner.Recorder(None)
+    rec = Recorder(None)
 
     async def boom() -> None:
         raise KeyError("x")
@@ -143,18 +161,18 @@ def test_an_untyped_error_is_recorded_by_its_class_and_judged(tmp_path: Path) ->
 
 
 def test_a_fault_record_is_an_operation_of_kind_fault() -> None:
-    rec = runner.Recorder(None)
-    op = rec.record("fault:node-pause", runner.now_us(), {"node": "dk-worker"})
+    rec = Recorder(None)
+    op = rec.record("fault:node-pause", now_us(), {"node": "dk-worker"})
     assert op.op == "fault:node-pause"
     assert op.ok
     json.dumps(op.result)
 
 
 def test_the_summary_table_names_every_run() -> None:
-    res = runner.RunResult(seed=5, run=0, namespace="chaos-5-0", duration_s=12.5,
+    res = RunResult(seed=5, run=0, namespace="chaos-5-0", duration_s=12.5,
                            ops={"open": 2}, faults={"node-pause": 1},
                            verdicts=dict.fromkeys(("clock", "a", "b", "c", "d", "e", "f"), True))
-    bad = runner.RunResult(seed=6, run=1, namespace="chaos-5-1", error="boom")
+    bad = RunResult(seed=6, run=1, namespace="chaos-5-1", error="boom")
     table = runner.summary_table([res, bad])
     assert "node-pause=1" in table
     assert "boom" in table
@@ -168,8 +186,8 @@ def test_the_command_line_needs_a_kubeconfig(argv: list[str]) -> None:
 
 
 def test_every_fault_has_its_method() -> None:
-    for name in runner.FAULTS:
-        assert callable(getattr(runner.Faults, "_" + name.replace("-", "_"), None)), name
+    for name in FAULTS:
+        assert callable(getattr(Faults, "_" + name.replace("-", "_"), None)), name
 
 
 def test_seeds_are_a_comma_separated_list(capsys: pytest.CaptureFixture[str]) -> None:
@@ -191,7 +209,7 @@ def test_a_cleanup_runs_to_its_end_through_a_cancellation() -> None:
         try:
             await asyncio.sleep(10)
         finally:
-            await runner._uninterrupted(cleanup())
+            await _uninterrupted(cleanup())
 
     async def main() -> None:
         task = asyncio.create_task(run())
@@ -257,8 +275,8 @@ class _Backend:
         self.closed = True
 
 
-def _run(tmp_path: Path) -> runner.Run:
-    return runner.Run(seed=9500, index=4, kubeconfig="k", cluster=None, out=tmp_path, jobs=1,
+def _run(tmp_path: Path) -> Run:
+    return Run(seed=9500, index=4, kubeconfig="k", cluster=None, out=tmp_path, jobs=1,
                       ops=1, faults=[], skipped_faults="")
 
 
@@ -275,7 +293,7 @@ async def test_an_observe_only_backend_is_opened_again_then_the_run_is_not_judge
     assert [b.closed for b in again.opened] == [True, False]
     never = _Connects([True, True])
     monkeypatch.setattr(Backend, "connect", never)
-    with pytest.raises(runner.NotJudged, match=r"observe-only.*StartGate: unknown"):
+    with pytest.raises(NotJudged, match=r"observe-only.*StartGate: unknown"):
         await _run(tmp_path)._backend()
     assert [b.closed for b in never.opened] == [True, True]
 
@@ -283,7 +301,7 @@ async def test_an_observe_only_backend_is_opened_again_then_the_run_is_not_judge
 # --- issue 26: the new operations, TERM lingers and ranks that end early ---------------------
 
 
-def _fingerprint(plan: runner.Plan) -> str:
+def _fingerprint(plan: Plan) -> str:
     return repr(([(j.nodes, j.fail_once, j.run_seconds, j.open_at_start) for j in plan.jobs],
                  [(s.kind, s.name, s.job, s.delay, s.arg) for s in plan.steps]))
 
@@ -291,30 +309,30 @@ def _fingerprint(plan: runner.Plan) -> str:
 def test_mix_1_draws_the_plans_of_before_issue_26() -> None:
     """--mix 1 replays an old seed: the plans of seeds 0-99 as the runner drew them before
     the new operations (sha256 of their fingerprints, taken from that runner)."""
-    text = "".join(_fingerprint(runner.make_plan(s, mix=1)) for s in range(100))
+    text = "".join(_fingerprint(make_plan(s, mix=1)) for s in range(100))
     assert hashlib.sha256(text.encode()).hexdigest() == \
         "4475971d94fba66f36133a32d6474b9b96d63bd5bae5b3fdeb48bc0b1b066f6a"
-    assert _fingerprint(runner.make_plan(3, mix=1)).startswith(
+    assert _fingerprint(make_plan(3, mix=1)).startswith(
         "([(1, True, 8.0, True), (2, False, 5.0, True), (1, False, 5.0, True)], "
         "[('op', 'start-different', 2, 1.09, 0.0), ('op', 'hold-expiry', 0, 3.38, 4.6)")
     for s in range(100):
-        plan = runner.make_plan(s, mix=1)
-        assert {st.name for st in plan.steps if st.kind == "op"} <= set(runner.SCHEDULE_OPS_1)
+        plan = make_plan(s, mix=1)
+        assert {st.name for st in plan.steps if st.kind == "op"} <= set(SCHEDULE_OPS_1)
         assert all(j.term_linger == 0 and j.early_exit == 0 for j in plan.jobs)
     with pytest.raises(ValueError, match="mix"):
-        runner.make_plan(1, mix=3)
+        make_plan(1, mix=3)
 
 
 def test_mix_2_plans_are_a_function_of_the_seed_and_hold_the_new_operations() -> None:
-    assert runner.make_plan(11) == runner.make_plan(11, mix=runner.MIX)
-    assert runner.make_plan(11).mix == 2
+    assert make_plan(11) == make_plan(11, mix=MIX)
+    assert make_plan(11).mix == 2
     new = {"delete-jobset", "delete-workload", "delete-workload-held", "next-attempt"}
     seen: set[str] = set()
     lingers: set[float] = set()
     early = 0
     for seed in range(100):
-        plan = runner.make_plan(seed)
-        assert plan == runner.make_plan(seed)
+        plan = make_plan(seed)
+        assert plan == make_plan(seed)
         seen |= {s.name for s in plan.steps if s.kind == "op"}
         assert plan.jobs[1].term_linger > 0  # every run has a job that lingers on TERM
         for j in plan.jobs:
@@ -325,41 +343,41 @@ def test_mix_2_plans_are_a_function_of_the_seed_and_hold_the_new_operations() ->
                 assert j.nodes == 2
                 assert j.run_seconds >= 15 > 2 >= j.early_exit
     assert new <= seen
-    assert lingers == set(runner.TERM_LINGERS)
+    assert lingers == set(TERM_LINGERS)
     assert 50 < early < 200  # about one job in three
-    assert runner.make_plan(11) != runner.make_plan(12)
+    assert make_plan(11) != make_plan(12)
 
 
 def test_the_job_command_carries_the_linger_and_the_early_rank() -> None:
-    plan = runner.JobPlan(nodes=2, fail_once=False, run_seconds=25.0, open_at_start=True,
+    plan = JobPlan(nodes=2, fail_once=False, run_seconds=25.0, open_at_start=True,
                           term_linger=12.0, early_exit=1.5)
-    cmd = runner.job_command(plan)
+    cmd = job_command(plan)
     assert {"LEDGER_TERM_LINGER=12", "LEDGER_EARLY_RANK=1", "LEDGER_EARLY_SECONDS=1.5",
             "LEDGER_RUN_SECONDS=25"} <= set(cmd)
-    plain = runner.job_command(runner.JobPlan(1, False, 5.0, True))
+    plain = job_command(JobPlan(1, False, 5.0, True))
     assert not [a for a in plain if a.startswith(("LEDGER_TERM", "LEDGER_EARLY"))]
-    req = runner.job_request(JobID.new(), plan, "rt", submission=2, attempt=3)
+    req = job_request(JobID.new(), plan, "rt", submission=2, attempt=3)
     assert (req.submission, req.attempt) == (2, 3)
     req.validate()
 
 
 def test_the_runtime_gives_the_ledger_the_pod_and_jobset_uids() -> None:
-    body = runner.runtime_body("dispatch-chaos-1-0", Path("/var/lib/dispatch-chaos/1-0"))
+    body = runtime_body("dispatch-chaos-1-0", Path("/var/lib/dispatch-chaos/1-0"))
     pod = body["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
            for e in pod["spec"]["containers"][0]["env"]}
     assert env == {"NODE_NAME": "spec.nodeName", "POD_UID": "metadata.uid",
                    "JOBSET_UID": "metadata.labels['jobset.sigs.k8s.io/jobset-uid']"}
-    assert pod["spec"]["terminationGracePeriodSeconds"] > max(runner.TERM_LINGERS)
+    assert pod["spec"]["terminationGracePeriodSeconds"] > max(TERM_LINGERS)
 
 
 def test_quota_free_counts_the_jobs_that_reserve_quota() -> None:
     nodes = {"a": 2, "b": 2, "c": 2, "d": 1}
     states = {"a": "running", "b": "admitting", "c": "queued", "d": "holding"}
-    assert runner.quota_free("a", states, nodes) is True  # it has its quota
-    assert runner.quota_free("c", states, nodes) is False  # 2 + 2 + 1 + 2 > 6
-    assert runner.quota_free("c", {**states, "d": "held"}, nodes) is True
-    assert runner.quota_free("x", states, nodes) is None
+    assert quota_free("a", states, nodes) is True  # it has its quota
+    assert quota_free("c", states, nodes) is False  # 2 + 2 + 1 + 2 > 6
+    assert quota_free("c", {**states, "d": "held"}, nodes) is True
+    assert quota_free("x", states, nodes) is None
 
 
 def test_the_workload_of_a_trainjob_is_found_by_its_owner() -> None:
@@ -372,11 +390,11 @@ def test_the_workload_of_a_trainjob_is_found_by_its_owner() -> None:
         return {"metadata": meta}
 
     items = [wl("old", "dj-a-s1", deleting=True), wl("other", "dj-b-s1"), wl("new", "dj-a-s1")]
-    found = runner.workload_of(items, "dj-a-s1")
+    found = workload_of(items, "dj-a-s1")
     assert found is not None
     assert found["metadata"]["name"] == "new"
-    assert runner.workload_of(items[:1], "dj-a-s1") is items[0]
-    assert runner.workload_of(items, "dj-c-s1") is None
+    assert workload_of(items[:1], "dj-a-s1") is items[0]
+    assert workload_of(items, "dj-c-s1") is None
 
 
 class _OpsBackend:
@@ -418,7 +436,6 @@ class _OpsKube:
 
 def test_the_new_operations_act_and_are_recorded(tmp_path: Path) -> None:
     run = _run(tmp_path)
-    run.rec = runner.Recorder(None)
     be = _OpsBackend()
     job = JobID.new()
     ref = ObjectRef("ns", f"dj-{str(job).lower()}-s1")
@@ -428,32 +445,33 @@ def test_the_new_operations_act_and_are_recorded(tmp_path: Path) -> None:
                            "kind": "TrainJob", "name": ref.name, "controller": True}]},
           "spec": {"active": True}}
     kube = _OpsKube([wl])
-    run.kube = cast(Kube, kube)
-    st = runner.JobState(runner.JobPlan(2, False, 5.0, True), job, ref)
+    ops_of = Operations(Recorder(None), cast(Kube, kube), namespace=run.namespace,
+                        runtime=run.runtime, rng=run.rng)
+    st = JobState(JobPlan(2, False, 5.0, True), job, ref)
 
     async def go() -> None:
         b = cast(Backend, be)
-        await run._op(b, "delete-jobset", st, 0.0)
-        await run._op(b, "delete-workload-held", st, 0.0)   # holds first
-        await run._op(b, "delete-workload-held", st, 0.0)   # held already: no second hold
-        await run._op(b, "next-attempt", st, 0.0)           # stop, start attempt 2, open
-        await run._op(b, "next-attempt", st, 0.0)           # and again: attempt 3
+        await ops_of.op(b, "delete-jobset", st, 0.0)
+        await ops_of.op(b, "delete-workload-held", st, 0.0)   # holds first
+        await ops_of.op(b, "delete-workload-held", st, 0.0)   # held already: no second hold
+        await ops_of.op(b, "next-attempt", st, 0.0)           # stop, start attempt 2, open
+        await ops_of.op(b, "next-attempt", st, 0.0)           # and again: attempt 3
 
     asyncio.run(go())
-    ops = [(o.op, o.args.get("attempt")) for o in run.rec.ops]
+    ops = [(o.op, o.args.get("attempt")) for o in ops_of.rec.ops]
     assert ops == [("delete_jobset", 1), ("hold", None), ("delete_workload", 1),
                    ("delete_workload", 1), ("stop_job", 1), ("start", 2), ("open", None),
                    ("stop_job", 2), ("start", 3), ("open", None)]
-    assert all(o.ok for o in run.rec.ops)
+    assert all(o.ok for o in ops_of.rec.ops)
     assert kube.deleted[0] == ("JobSet", ref.name, None, "Background")
     assert kube.deleted[1] == ("Workload", "trainjob-x-1", "wl-uid", "Background")
-    assert run.rec.ops[0].result == {"jobset": ref.name, "uid": "js-uid-1", "found": True}
-    assert run.rec.ops[2].args["held"] is True
+    assert ops_of.rec.ops[0].result == {"jobset": ref.name, "uid": "js-uid-1", "found": True}
+    assert ops_of.rec.ops[2].args["held"] is True
     assert [c for c in be.calls if c[0] == "start"] == [("start", (1, 2)), ("start", (1, 3))]
     assert (st.submission, st.attempt, st.stopped, st.held) == (1, 3, False, False)
     # A StopJob then a Start of the same kind makes a new submission, attempt 1 again.
-    asyncio.run(run._op(cast(Backend, be), "stop_job", st, 0.0))
-    asyncio.run(run._op(cast(Backend, be), "start-same", st, 0.0))
+    asyncio.run(ops_of.op(cast(Backend, be), "stop_job", st, 0.0))
+    asyncio.run(ops_of.op(cast(Backend, be), "start-same", st, 0.0))
     assert be.calls[-1] == ("start", (2, 1))
 
 
