@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -62,7 +63,11 @@ def parse_duration(value: object) -> timedelta:
                 raise ValueError(f"got {value!r}; expected {DURATION_ACCEPTS}")
             seconds += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
             pos = m.end()
-        result = timedelta(seconds=seconds)
+        try:
+            result = timedelta(seconds=seconds)
+        except OverflowError:
+            raise ValueError(f"got {value!r}, far past any timeout; expected "
+                             f"{DURATION_ACCEPTS}") from None
     else:
         raise ValueError(f"got {type(value).__name__} {value!r}; expected {DURATION_ACCEPTS}")
     if result <= timedelta(0):
@@ -71,6 +76,36 @@ def parse_duration(value: object) -> timedelta:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _text(d: timedelta) -> str:
+    seconds = int(d.total_seconds())
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{d.total_seconds():g}s"
+
+
+def _at_most(limit: timedelta) -> AfterValidator:
+    """A duration past ``limit`` is a mistake (a unit slip: "10h" for "10s"), not a wish: a
+    call would hang that long on a server that does not answer."""
+    def check(v: timedelta) -> timedelta:
+        if v > limit:
+            raise ValueError(f"got {_text(v) if v.total_seconds() >= 1 else v}; expected at "
+                             f"most {_text(limit)}")
+        return v
+    return AfterValidator(check)
+
+
+REQUEST_MAX = timedelta(minutes=5)
+START_MAX = timedelta(hours=1)
+STOP_JOB_MAX = timedelta(hours=24)
+PREFLIGHT_PROBE_MAX = timedelta(minutes=10)
+TRANSIENT_MAX = timedelta(hours=1)
+_Request = Annotated[timedelta, BeforeValidator(parse_duration), _at_most(REQUEST_MAX)]
+_Start = Annotated[timedelta, BeforeValidator(parse_duration), _at_most(START_MAX)]
+_StopJob = Annotated[timedelta, BeforeValidator(parse_duration), _at_most(STOP_JOB_MAX)]
+_Probe = Annotated[timedelta, BeforeValidator(parse_duration), _at_most(PREFLIGHT_PROBE_MAX)]
+_Transient = Annotated[timedelta, BeforeValidator(parse_duration), _at_most(TRANSIENT_MAX)]
 
 
 class _Section(BaseModel):
@@ -132,24 +167,30 @@ class KueueSettings(_Section):
 
 
 class TimeoutSettings(_Section):
-    """How long the backend waits. Per-call deadlines (holds) come from the call itself."""
+    """How long the backend waits. Per-call deadlines (holds) come from the call itself. Each
+    has an upper bound: past it a value is refused, naming the key."""
 
-    request: Duration = Field(timedelta(seconds=10),
-                              description=f"one API request: {DURATION_ACCEPTS}")
-    start: Duration = Field(timedelta(minutes=2),
-                            description="Start riding out the TrainJob webhooks' cache lag for a "
-                                        "new runtime copy, and waiting for Kueue's Workload: "
-                                        f"{DURATION_ACCEPTS}")
-    stop_job: Duration = Field(timedelta(minutes=3),
-                               description=f"StopJob's passes in all: {DURATION_ACCEPTS}")
-    preflight_probe: Duration = Field(
+    request: _Request = Field(
         timedelta(seconds=10),
-        description=f"how long the start-gate probe is watched: {DURATION_ACCEPTS}")
-    transient: Duration = Field(
+        description=f"one API request: {DURATION_ACCEPTS}, at most {_text(REQUEST_MAX)}")
+    start: _Start = Field(
+        timedelta(minutes=2),
+        description="Start riding out the TrainJob webhooks' cache lag for a new runtime "
+                    f"copy, and waiting for Kueue's Workload: {DURATION_ACCEPTS}, at most "
+                    f"{_text(START_MAX)}")
+    stop_job: _StopJob = Field(
+        timedelta(minutes=3),
+        description=f"StopJob's passes in all: {DURATION_ACCEPTS}, at most "
+                    f"{_text(STOP_JOB_MAX)}")
+    preflight_probe: _Probe = Field(
+        timedelta(seconds=10),
+        description=f"how long the start-gate probe is watched: {DURATION_ACCEPTS}, at most "
+                    f"{_text(PREFLIGHT_PROBE_MAX)}")
+    transient: _Transient = Field(
         timedelta(seconds=30),
         description="how long one request rides out an API server that refuses "
                     "connections or answers 429 or 503 (a call's deadline may cut it "
-                    f"shorter): {DURATION_ACCEPTS}")
+                    f"shorter): {DURATION_ACCEPTS}, at most {_text(TRANSIENT_MAX)}")
 
 
 class Settings(_Section):
