@@ -64,6 +64,16 @@ def validate_hold(hold: HoldMeta) -> None:
                                f"{hold.instance!r}", field="hold.instance")
     if not hold.by.id:
         raise errors.SpecError("hold.by.id: must name who holds", field="hold.by.id")
+    # Recorded in annotations on the TrainJob and the Workload, whose total Kubernetes caps.
+    for field, text in (("hold.by.id", hold.by.id), ("hold.reason", hold.reason)):
+        if len(text.encode()) > HOLD_TEXT_MAX:
+            raise errors.SpecError(f"{field}: {len(text.encode()):,} bytes, more than the "
+                                   f"{HOLD_TEXT_MAX:,} a hold records; shorten it",
+                                   field=field)
+
+
+HOLD_TEXT_MAX = 4096
+"""The most bytes a hold records of who holds and why (annotations share 256 KiB)."""
 
 
 def _escape(key: str) -> str:

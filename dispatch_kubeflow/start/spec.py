@@ -34,6 +34,11 @@ _RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 TRAINJOB_API_VERSION = f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}"
+ANNOTATIONS_MAX = 256 * 1024
+"""Kubernetes' limit on an object's annotations, keys and values together (bytes)."""
+REQUEST_RECORD_MAX = 200 * 1024
+"""The most the request annotation may take of them (the rest: the gate, the spec hash, a
+hold's five annotations, Kueue's and anyone else's)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -104,6 +109,17 @@ def validate(req: StartRequest | Validated) -> Validated:
             "TrainJob name must be an RFC 1035 label of at most 63", field="submission")
     doc = request_doc(req)
     recorded = _canonical(doc)
+    size = len(names.REQUEST) + len(recorded.encode())
+    if size > REQUEST_RECORD_MAX:
+        # Kubernetes refuses an object whose annotations pass 256 KiB in all; found at the
+        # TrainJob's create, after the runtime copy was made, that would leave the copy.
+        raise errors.SpecError(
+            f"spec.command: the request would be recorded in a {size:,}-byte annotation, "
+            f"more than the {REQUEST_RECORD_MAX:,} bytes dispatch allows it (Kubernetes "
+            f"allows {ANNOTATIONS_MAX:,} bytes of annotations per object in all, and the "
+            "gate, the hold and Kueue need the rest); shorten the command: pass large "
+            "arguments in a file (in the image, or a ConfigMap the runtime mounts)",
+            field="spec.command")
     return Validated(req, name, image, runtime, MappingProxyType(doc), recorded,
                      "sha256:" + hashlib.sha256(recorded.encode()).hexdigest())
 

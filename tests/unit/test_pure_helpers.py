@@ -10,8 +10,9 @@ import pytest
 from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import plain_admission_patch as admission_patch
+from dispatch_kubeflow.errors import SpecError
 from dispatch_kubeflow.gate import removal_patch
-from dispatch_kubeflow.hold import hold_annotations, release_patch
+from dispatch_kubeflow.hold import hold_annotations, release_patch, validate_hold
 from dispatch_kubeflow.model import Actor, ActorKind, CallMeta, HoldMeta, JobID
 from dispatch_kubeflow.output import current_pod
 from dispatch_kubeflow.preflight import (
@@ -186,3 +187,14 @@ def test_newest_workload_prefers_live() -> None:
     assert newest_workload([old, going]) is old
     assert newest_workload([going]) is going
     assert newest_workload([]) is None
+
+
+@pytest.mark.parametrize(("field", "meta"), [
+    ("hold.reason", HoldMeta(1, Actor(ActorKind.HUMAN, "alice"), reason="r" * 5000)),
+    ("hold.by.id", HoldMeta(1, Actor(ActorKind.HUMAN, "a" * 5000))),
+])
+def test_a_hold_too_long_to_record_is_a_spec_error(field: str, meta: HoldMeta) -> None:
+    with pytest.raises(SpecError) as err:
+        validate_hold(meta)
+    assert err.value.field == field
+    assert "4,096" in str(err.value)

@@ -72,6 +72,8 @@ def test_string_job_is_normalised() -> None:
     ({"attempt": 0}, "attempt"),
     ({"submission": 10**40}, "submission"),  # the TrainJob name would pass 63 characters
     ({"job": "not-a-job-id"}, "job"),
+    # Recorded in an annotation: Kubernetes caps an object's annotations at 256 KiB.
+    ({"spec": JobSpec(["/bin/sh", "-c", "x" * 210_000], 1, [IMAGE, RUNTIME])}, "spec.command"),
 ])
 def test_invalid(over: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError) as err:
@@ -134,3 +136,8 @@ def test_runtime_copy_labels_every_template() -> None:
     assert node["template"]["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] \
         == "IfNotPresent"
     assert "metadata" not in source["spec"]["template"]  # the source is not touched
+
+
+def test_a_command_just_within_the_record_limit_is_taken() -> None:
+    v = validate(request(spec=JobSpec(["/bin/sh", "-c", "x" * 150_000], 1, [IMAGE, RUNTIME])))
+    assert len(v.recorded) < 200 * 1024
