@@ -113,7 +113,7 @@ class Controller:
         self.gate_lift = GateLift(kube, self.elector, self.feeds[POD.plural], self.metrics,
                                   self.events, workers=config.workers, faults=self.faults)
         self.holds = HoldExpiry(kube, self.elector, self.caches, self.feeds[WORKLOAD.plural],
-                                self.metrics, self.faults)
+                                self.metrics, self.faults, events=self.events)
         self.webhook = WebhookServer(kube, self.metrics)
         self.keeper: ConfigurationKeeper | None = None
         """Keeps the webhook configuration when this controller manages it."""

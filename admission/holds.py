@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from admission.faults import Faults
 from admission.intake import Caches, Feed, Key, Obj, key_of
 from admission.lease import LeaderElector
-from admission.observability import Metrics
+from admission.observability import EventRecorder, Metrics
 from admission.workqueue import WorkQueue, serve
 from dispatch_kubeflow.core import hold, names
 from dispatch_kubeflow.core.kueue import trainjob_of
@@ -41,6 +41,15 @@ def hold_until(wl: Obj) -> datetime | None:
     return parse_time(raw)
 
 
+def unreadable_until(wl: Obj) -> str | None:
+    """The hold-until of a held Workload when it is not an RFC 3339 time (None otherwise):
+    such a hold never expires by itself, and its holder should be told."""
+    raw = annotations_of(wl).get(names.HOLD_UNTIL)
+    if not raw or (wl.get("spec") or {}).get("active") is not False or parse_time(raw):
+        return None
+    return str(raw)
+
+
 def release_patch(wl: Obj) -> Obj:
     """spec.active=true and every hold annotation removed, only on this exact version."""
     meta = wl.get("metadata") or {}
@@ -53,8 +62,10 @@ def release_patch(wl: Obj) -> Obj:
 
 class HoldExpiry:
     def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches, workloads: Feed,
-                 metrics: Metrics, faults: Faults | None = None, *, workers: int = 1) -> None:
+                 metrics: Metrics, faults: Faults | None = None, *, workers: int = 1,
+                 events: EventRecorder | None = None) -> None:
         self.kube = kube
+        self.events = events
         self.faults = faults or Faults()
         self.elector = elector
         self.caches = caches
@@ -62,6 +73,8 @@ class HoldExpiry:
         self.workers = workers
         # 409 included: re-read and judged again after the backoff.
         self.queue: WorkQueue[Key] = WorkQueue(base_delay=0.2, max_delay=30.0)
+        self._told: set[tuple[str, str]] = set()
+        """(Workload UID, hold-until) pairs already reported unreadable."""
         workloads.subscribe(self._on_workload)
         elector.on_change(self._on_leadership)
 
@@ -77,6 +90,8 @@ class HoldExpiry:
         until = hold_until(wl) if wl else None
         if until is None:
             self.queue.cancel_after(key)
+            if wl is not None and unreadable_until(wl) is not None:
+                self.queue.add(key)  # the worker tells the holder, as leader
             return
         self.queue.add_after(key, max(0.0, (until - datetime.now(UTC)).total_seconds()))
 
@@ -94,6 +109,9 @@ class HoldExpiry:
         ns, name = key
         wl = await self.kube.get_or_none(WORKLOAD, name, ns)
         until = hold_until(wl) if wl else None
+        if wl is not None and until is None and (raw := unreadable_until(wl)) is not None:
+            await self._unreadable(wl, raw)
+            return
         if wl is None or until is None:
             return
         if until > datetime.now(UTC):
@@ -117,6 +135,24 @@ class HoldExpiry:
         log.info("released expired hold of workload %s/%s", ns, name,
                  extra={"workload": f"{ns}/{name}", "hold_instance": instance,
                         "hold_until": until.isoformat()})
+
+    async def _unreadable(self, wl: Obj, raw: str) -> None:
+        """A Warning Event on the Workload and a metric, once per Workload and value: the
+        hold stays until Release, since nobody can tell when it was meant to end."""
+        ns, name = key_of(wl)
+        uid = str((wl.get("metadata") or {}).get("uid") or "")
+        if (uid, raw) in self._told:
+            return
+        self._told.add((uid, raw))
+        self.metrics.holds_unreadable.inc()
+        note = (f"hold-until {raw!r} is not an RFC 3339 time (2026-05-01T13:00:00Z): the hold "
+                "will not expire by itself; release it, or hold again with a valid until")
+        log.warning("workload %s/%s: %s", ns, name, note, extra={"workload": f"{ns}/{name}"})
+        if self.events is not None:
+            await self.events.record(
+                {"apiVersion": WORKLOAD.api_version, "kind": WORKLOAD.kind, **wl},
+                reason="HoldUntilUnreadable", action="ExpireHold", note=note,
+                type_="Warning", key=f"HoldUntilUnreadable/{uid}/{raw}")
 
     def close(self) -> None:
         self.queue.close()

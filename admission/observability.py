@@ -102,6 +102,10 @@ class Metrics:
                                registry=self.registry)
         self.holds_released = Counter("dispatch_admission_holds_released",
                                       "Expired holds released.", registry=self.registry)
+        self.holds_unreadable = Counter(
+            "dispatch_admission_hold_until_unreadable",
+            "Held Workloads whose hold-until is not an RFC 3339 time (they do not expire).",
+            registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

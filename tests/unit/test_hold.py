@@ -13,6 +13,7 @@ import pytest
 
 from admission.decision import PENDING, READY, decide
 from admission.holds import HoldExpiry
+from admission.observability import EventRecorder
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import hold, names
 from dispatch_kubeflow.core.times import format_time
@@ -309,6 +310,36 @@ async def test_an_expiry_that_fails_comes_back_after_its_backoff() -> None:
         expiry.close()
     assert wl_now(w)["spec"]["active"] is True
     assert hold.instance(w.k.objects[(TRAINJOB.plural, NS, TJ)]) == 0
+
+
+@pytest.mark.asyncio
+async def test_an_unreadable_hold_until_is_told_once_and_the_hold_kept() -> None:
+    w = await make_world(0)
+    ann = {**record(1), names.HOLD_UNTIL: "next tuesday"}
+    w.k.write_now(TRAINJOB, TJ, NS, {"metadata": {"annotations": ann}})
+    w.k.write_now(WORKLOAD, WL, NS, {"metadata": {"annotations": ann},
+                                     "spec": {"active": False}})
+    expiry = HoldExpiry(w.k, w.elector, w.r.caches, w.feeds["workloads"], w.r.metrics,
+                        events=EventRecorder(w.k, instance="me"))
+    runner = asyncio.ensure_future(expiry.run())
+    try:
+        for _ in range(3):  # seen again (a relist, a leader change): told once
+            expiry._schedule(KEY, wl_now(w))
+            for _ in range(40):
+                if w.events("HoldUntilUnreadable"):
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        expiry.close()
+    told = w.events("HoldUntilUnreadable")
+    assert len(told) == 1
+    assert told[0]["type"] == "Warning"
+    assert "next tuesday" in told[0]["note"]
+    assert w.r.metrics.registry.get_sample_value(
+        "dispatch_admission_hold_until_unreadable_total") == 1
+    assert wl_now(w)["spec"]["active"] is False  # still held: only Release ends it
 
 
 @pytest.mark.asyncio
