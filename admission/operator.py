@@ -105,6 +105,9 @@ def settings() -> kopf.OperatorSettings:
     # ...and their JobSets (the runtime copy labels the JobSet template): which JobSet an
     # approval names (core.execution).
     s.watching.label_selectors[JOBSET.plural] = names.JOB_ID_LABEL
+    # ...and only the Workloads Kueue made for jobs (not other teams' bare Workloads); the
+    # index keeps the TrainJobs' ones, trimmed (intake.trim_workload).
+    s.watching.label_selectors[WORKLOAD.plural] = names.KUEUE_JOB_UID_LABEL
     s.watching.server_timeout = 300  # the API server ends each watch; kopf resumes it
     s.watching.client_timeout = 330
     # kopf retries failed handlers; our handlers do not fail (they only enqueue).

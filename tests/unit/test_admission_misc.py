@@ -7,9 +7,11 @@ import json
 import logging
 import ssl
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cryptography import x509
 
 from admission import checks, cli, holds, tls
@@ -171,3 +173,16 @@ def test_json_logs() -> None:
     assert out["msg"] == "hello x"
     assert out["workload"] == "ns/w"
     assert out["level"] == "info"
+
+
+def test_the_deployment_ships_a_disruption_budget_that_keeps_one_webhook_up() -> None:
+    """The pod webhook fails closed: a drain must never take both replicas at once."""
+    root = Path(__file__).parents[2] / "deploy" / "admission"
+    kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+    assert "pdb.yaml" in kustomization["resources"]
+    pdb = yaml.safe_load((root / "pdb.yaml").read_text())
+    deployment = yaml.safe_load((root / "deployment.yaml").read_text())
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["kind"] == "PodDisruptionBudget"
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert 1 <= pdb["spec"]["minAvailable"] < deployment["spec"]["replicas"]

@@ -9,6 +9,7 @@ import json
 import logging
 import random
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -46,10 +47,11 @@ def test_settings_make_kopf_inert(operator: ModuleType) -> None:
     assert not s.persistence.finalizer.startswith("kopf.zalando.org")
     assert isinstance(s.persistence.progress_storage, operator.NoProgressStorage)
     assert isinstance(s.persistence.diffbase_storage, operator.NoDiffBaseStorage)
-    # Server-side selection: only JobSets' pods and dispatch's TrainJobs and JobSets are sent
-    # to us.
+    # Server-side selection: only JobSets' pods, dispatch's TrainJobs and JobSets, and the
+    # Workloads Kueue made for jobs are sent to us.
     assert sorted(s.watching.label_selectors.values()) == sorted(
-        [names.JOBSET_NAME_LABEL, names.JOB_ID_LABEL, names.JOB_ID_LABEL])
+        [names.JOBSET_NAME_LABEL, names.JOB_ID_LABEL, names.JOB_ID_LABEL,
+         names.KUEUE_JOB_UID_LABEL])
     # A watch is back within seconds of the API server, not kopf's default minutes.
     assert s.networking.connect_timeout is not None
     assert s.networking.connect_timeout <= 5
@@ -155,7 +157,8 @@ def _pod(name: str, job: str | None, ns: str = "ns") -> Obj:
 
 
 def test_index_functions() -> None:
-    assert intake.index_workload(_wl("w")) == {("ns", "w"): _wl("w")}
+    assert intake.index_workload(_wl("w")) == {("ns", "w"): intake.trim_workload(_wl("w"))}
+    assert intake.index_workload(_wl("w", tj=None)) == {}  # not a TrainJob's: not kept
     assert intake.index_workload_by_job(_wl("w")) == {("ns", "tj"): "w"}
     assert intake.index_workload_by_job(_wl("w", tj=None)) == {}
     tj = {"metadata": {"name": "tj", "namespace": "ns"}}
@@ -168,6 +171,90 @@ def test_index_functions() -> None:
     cq = {"metadata": {"name": "q"}, "spec": {"admissionChecksStrategy": {
         "admissionChecks": [{"name": "c"}, {"name": "d"}]}}}
     assert intake.index_cluster_queue(cq) == {"q": frozenset({"c", "d"})}
+
+
+def _full_workloads() -> list[Obj]:
+    """Workloads as Kueue writes them, in the shapes decisions meet: pending, reserved,
+    admitted, evicted, held (fresh, expired, unreadable), being deleted, of another
+    TrainJob; each with the pod sets and fields decisions do not read."""
+    from tests.unit.test_readmission_act import workload
+
+    def full(**over: Any) -> Obj:
+        wl = workload()
+        wl = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", **wl}
+        wl["metadata"] = {**wl["metadata"], "namespace": "ns", "uid": "w1",
+                          "resourceVersion": "7", "creationTimestamp": "2026-01-01T00:00:00Z",
+                          "labels": {names.KUEUE_JOB_UID_LABEL: "t1"},
+                          "annotations": {"other.example/x": "y" * 100}}
+        wl["spec"] = {**wl["spec"], "podSets": [{"name": "node", "count": 2, "template": {
+            "spec": {"containers": [{"name": "node", "command": ["sh", "-c", "z" * 1500]}]}}}]}
+        wl["status"] = {**wl["status"], "admission": {
+            "clusterQueue": "cq", "podSetAssignments": [{"name": "node", "count": 2}]},
+            "resourceRequests": [{"name": "node", "resources": {"cpu": "2"}}]}
+        for path, value in over.items():
+            section, key = path.split("__")
+            wl[section] = {**wl[section], key: value}
+        return wl
+
+    held = {names.HOLD_INSTANCE: "2", names.HOLD_UNTIL: "2026-01-01T00:00:00Z",
+            names.HOLD_WHO: "human:a", names.HOLD_SINCE: "2026-01-01T00:00:00Z",
+            names.HOLD_REASON: "r"}
+    admitted = [{"type": "QuotaReserved", "status": "True",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Admitted", "status": "True"}]
+    return [
+        full(),
+        full(status__conditions=[]),
+        full(status__conditions=admitted,
+             status__admissionChecks=[{"name": "dispatch-admission", "state": "Ready"}]),
+        full(status__conditions=[*admitted, {"type": "Evicted", "status": "True"}],
+             status__schedulingStats={"evictions": [{"reason": "Preempted", "count": 2}]}),
+        full(spec__active=False, metadata__annotations=held),
+        full(spec__active=False, metadata__annotations={**held, names.HOLD_UNTIL: "soon"}),
+        full(metadata__deletionTimestamp="2026-01-01T00:00:01Z"),
+        full(metadata__ownerReferences=[{"apiVersion": f"{names.TRAINER_GROUP}/v1alpha1",
+                                         "kind": "TrainJob", "name": "tj", "uid": "other",
+                                         "controller": True}]),
+    ]
+
+
+def test_a_trimmed_workload_is_judged_as_the_whole_one() -> None:
+    """What the index keeps of a Workload is all its readers read: every decision, rule and
+    write body made from the trimmed one is the one made from the whole."""
+    from admission import holds
+    from admission.decision import check_apply, check_entry, decide, quota_reserved_at
+    from dispatch_kubeflow.core import hold
+    from dispatch_kubeflow.core.admission_count import admission_token, newest_workload
+
+    tj = {"metadata": {"name": "dj-a-s1", "uid": "t1", "labels": {names.JOB_ID_LABEL: "A"},
+                       "annotations": {names.HOLD_INSTANCE: "2"}}}
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    wls = _full_workloads()
+    for whole in wls:
+        trimmed = intake.trim_workload(whole)
+        assert len(json.dumps(trimmed)) < len(json.dumps(whole)) / 2
+        for pods, jobset, trainjob in ((0, None, None), (2, "js", tj), (0, "js", tj)):
+            kw: dict[str, Any] = {"check_names": frozenset({"dispatch-admission"}),
+                                  "cluster_queues": {"cq": frozenset({"dispatch-admission"})},
+                                  "pods_left": pods, "jobset_uid": jobset,
+                                  "trainjob": trainjob}
+            assert decide(trimmed, **kw) == decide(whole, **kw)
+        assert admission_token(trimmed) == admission_token(whole)
+        assert hold.of_trainjob(trimmed, tj) == hold.of_trainjob(whole, tj)
+        assert hold.lacks_hold(tj, trimmed) == hold.lacks_hold(tj, whole)
+        assert hold.instance(trimmed) == hold.instance(whole)
+        assert hold.keep_patch(trimmed, {}) == hold.keep_patch(whole, {})
+        assert holds.hold_until(trimmed) == holds.hold_until(whole)
+        assert holds.unreadable_until(trimmed) == holds.unreadable_until(whole)
+        assert holds.release_patch(trimmed) == holds.release_patch(whole)
+        assert quota_reserved_at(trimmed) == quota_reserved_at(whole)
+        assert check_entry(trimmed, frozenset({"dispatch-admission"})) == \
+            check_entry(whole, frozenset({"dispatch-admission"}))
+        assert check_apply(trimmed, "dispatch-admission", "Ready", "m", now) == \
+            check_apply(whole, "dispatch-admission", "Ready", "m", now)
+        assert intake.index_workload_by_job(trimmed) == intake.index_workload_by_job(whole)
+    trimmed_all = [intake.trim_workload(w) for w in wls]
+    assert newest_workload(trimmed_all) == intake.trim_workload(newest_workload(wls) or {})
 
 
 def _caches() -> intake.Caches:
@@ -213,6 +300,7 @@ def test_caches_missing_compares_with_a_live_list() -> None:
                      {**_pod("p4", "tj"), "status": {"phase": "Succeeded"}}],
             "admissionchecks": [{"metadata": {"name": "other"}, "spec": {}}],
             "clusterqueues": [{"metadata": {"name": "q"}}, {"metadata": {"name": "r"}}]}
+    live["workloads"].append(_wl("foreign", tj=None))  # never indexed, so never missing
     assert c.missing(live) == {"workloads": {("ns", "new")}, "trainjobs": {("ns", "tk")},
                                "jobsets": {("ns", "tk")}, "pods": {("ns", "p3")},
                                "clusterqueues": {("", "r")}}

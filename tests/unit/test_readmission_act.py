@@ -12,11 +12,12 @@ behaviour is the cluster tests'.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 
+from admission import intake
 from admission.decision import (
     PENDING,
     READY,
@@ -81,22 +82,39 @@ class Index(Mapping[tuple[str, str], list[Obj]]):
     as fresh as the server, unless a version is pinned (a watch that has not delivered the
     versions since)."""
 
-    def __init__(self, k: FakeKube, res: Resource) -> None:
+    def __init__(self, k: FakeKube, res: Resource,
+                 index: Callable[[Obj], Mapping[tuple[str, str], Obj]] | None = None) -> None:
         self.k, self.res = k, res
+        self.index = index
+        """The controller's index function (what it keeps of an object, if anything)."""
         self.pinned: dict[tuple[str, str], Obj] = {}
 
     def pin(self, name: str) -> None:
         self.pinned[(NS, name)] = clone(self.k.objects[(self.res.plural, NS, name)])
 
+    def _kept(self, key: tuple[str, str], obj: Obj) -> Obj | None:
+        if self.index is None:
+            return clone(obj)
+        return self.index(clone(obj)).get(key)
+
     def __getitem__(self, key: tuple[str, str]) -> list[Obj]:
         obj = self.pinned.get(key) or self.k.objects.get((self.res.plural, *key))
-        if obj is None:
+        kept = self._kept(key, obj) if obj is not None else None
+        if kept is None:
             raise KeyError(key)
-        return [clone(obj)]
+        return [kept]
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        return iter({(ns, n) for (plural, ns, n) in self.k.objects if plural == self.res.plural}
-                    | set(self.pinned))
+        keys = ({(ns, n) for (plural, ns, n) in self.k.objects if plural == self.res.plural}
+                | set(self.pinned))
+        return iter([key for key in keys if key in self])
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
 
     def __len__(self) -> int:
         return len(set(self))
@@ -157,7 +175,9 @@ async def world(seed: int, *, pods: int = 0, jobset: str = "js1") -> World:
                             clock=lambda: clock[0])
     assert await elector.try_acquire_or_renew()
     caches = Caches()
-    indexes = {"workloads": Index(k, WORKLOAD), "trainjobs": Index(k, TRAINJOB)}
+    # Workloads as the controller keeps them: only TrainJobs', trimmed (intake).
+    indexes = {"workloads": Index(k, WORKLOAD, intake.index_workload),
+               "trainjobs": Index(k, TRAINJOB)}
     caches.bind({**indexes, "workloads_by_job": {}, "pods_by_job": {},
                  "jobsets": {(NS, TJ): [jobset]} if jobset else {},
                  "admission_checks": {CHECK: [{"metadata": {"name": CHECK}}]},
