@@ -5,7 +5,7 @@ KUBECONFIG_LOCAL ?= /tmp/$(CLUSTER).kubeconfig
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test venv lint unit verify cluster-up cluster-down docs bench chaos clean paths
+.PHONY: demo test venv lint unit verify cluster-up cluster-down docs bench bench-tenants chaos clean paths
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -74,6 +74,14 @@ bench: venv
 	$(PY) bench/cluster.py
 	$(PY) bench/adapter.py
 	$(BENCH_VENV)/bin/python bench/scale.py --jobs $(SCALE_JOBS) --cluster $(CLUSTER) --sdk 3
+
+## bench-tenants: the controller beside another team's $$(FOREIGN) Workloads, N = $$(TENANT_JOBS)
+## dispatch jobs without and then beside them, on the local cluster $$(CLUSTER) (issue 28).
+TENANT_JOBS ?= 1000
+FOREIGN ?= 10000
+bench-tenants: venv
+	KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) bench/tenants.py --jobs $(TENANT_JOBS) \
+	  --foreign $(FOREIGN) --cluster $(CLUSTER)
 
 ## chaos: RUNS randomized runs of the fault suite from SEED against the local cluster
 ## $$(CLUSTER) (its fault tools too); results in chaos-results/ (docs/guarantees.md).

@@ -1,0 +1,148 @@
+"""Other tenants: the controller beside another team's Workloads, side by side with the same
+run without them (issue 28, item 1).
+
+Three steps on one cluster, in one run:
+
+1. **alone**: N two-node dispatch jobs through one Backend and the controller (the dispatch
+   phase of ``scale.py``), its decisions timed by the observer, the controller's RSS sampled.
+2. **foreign**: F Workloads of another team in a namespace and ClusterQueue of their own
+   (no dispatch check, no quota: they stay pending forever), each with a 1.5 KB command in
+   its pod set, as a batch team's are. Half carry Kueue's ``kueue.x-k8s.io/job-uid`` label
+   (as Workloads Kueue makes for batch Jobs do, so they pass the controller's watch and meet
+   its index), half are bare. The controller's RSS is read once they are all made and the
+   controller had ``--settle`` seconds to take them in.
+3. **beside**: the same N dispatch jobs again, with the F foreign Workloads still there.
+
+Printed: the controller's RSS (both replicas, the larger) idle, after the foreign ones,
+and at each phase's peak; the decision latency p50/p90/p99 of both phases and their ratio.
+The goals: RSS <= 150 MB beside 10,000 foreign Workloads and 1,000 jobs; p99 beside within
+1.2x of p99 alone. Needs what ``scale.py`` needs (``KUBECONFIG``, the local cluster)::
+
+    python bench/tenants.py --jobs 200 --foreign 10000 --cluster dk
+
+Everything it makes (two namespaces a phase, the foreign namespace and ClusterQueue) is
+deleted at the end, also when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+import time
+import uuid
+
+from phases import Phase, dispatch_phase
+from queues import drop_queue
+from sampler import Sampler, cluster_pids
+from tables import pct, ratio
+
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.errors import DispatchError
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import resources as r
+
+COMMAND = "x" * 1500
+"""A batch job's command line, as the issue measured (1.5 KB a Workload)."""
+
+
+def foreign_workload(i: int, labelled: bool) -> dict[str, object]:
+    labels = {names.KUEUE_JOB_UID_LABEL: uuid.uuid4().hex} if labelled else {}
+    return {
+        "metadata": {"name": f"batch-{i:05d}", "labels": labels},
+        "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": {
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "registry.example/batch:1",
+                "command": ["/bin/sh", "-c", COMMAND],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}]},
+    }
+
+
+async def make_foreign(kube: Kube, ns: str, count: int) -> float:
+    """The other team's namespace, queue (no check, no quota) and ``count`` Workloads;
+    seconds it took."""
+    began = time.monotonic()
+    await kube.create(r.NAMESPACE, {"metadata": {"name": ns, "labels": {"bench": "tenants"}}})
+    await kube.create(r.CLUSTER_QUEUE, {"metadata": {"name": ns}, "spec": {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+        "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
+            "name": "default-flavor", "resources": [
+                {"name": "cpu", "nominalQuota": "0"},
+                {"name": "memory", "nominalQuota": "0"}]}]}]}})
+    await kube.create(r.LOCAL_QUEUE, {"metadata": {"name": "lq"},
+                                      "spec": {"clusterQueue": ns}}, ns)
+    sem = asyncio.Semaphore(32)
+
+    async def one(i: int) -> None:
+        async with sem:
+            await kube.create(r.WORKLOAD, foreign_workload(i, labelled=i % 2 == 0), ns)
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return time.monotonic() - began
+
+
+def controller_mb(pids: dict[str, list[int]]) -> float:
+    """The larger replica's RSS now (MB)."""
+    with Sampler({"c": pids.get("controller (per replica)", [])}) as s:
+        time.sleep(0.6)
+    return s.peak["c"]
+
+
+def report(alone: Phase, beside: Phase, idle_mb: float, foreign_mb: float, foreign: int,
+           made_s: float) -> None:
+    key = "controller (per replica)"
+    print(f"\nOther tenants: {foreign:,} foreign Workloads (made in {made_s:.0f} s), "
+          f"N = {alone.n} dispatch jobs in each phase\n")
+    print("| controller RSS, MB (larger replica) | value |")
+    print("|---|---:|")
+    print(f"| idle, before anything | {idle_mb:.0f} |")
+    print(f"| peak, N jobs alone | {alone.peak_rss.get(key, float('nan')):.0f} |")
+    print(f"| after {foreign:,} foreign Workloads | {foreign_mb:.0f} |")
+    print(f"| peak, N jobs beside them | {beside.peak_rss.get(key, float('nan')):.0f} |")
+    print("\n| decision latency, ms | alone | beside foreign | ratio |")
+    print("|---|---:|---:|---:|")
+    for p in (50, 90, 99):
+        a, b = pct(alone.decisions_ms, p), pct(beside.decisions_ms, p)
+        print(f"| p{p} | {a:.0f} | {b:.0f} | {ratio(b, a)} |")
+    print(f"| decisions seen | {len(alone.decisions_ms)} | {len(beside.decisions_ms)} | |")
+    print(f"| jobs lost / failed | {alone.lost} / {alone.failed} | "
+          f"{beside.lost} / {beside.failed} | |")
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=200, help="N dispatch jobs in each phase")
+    ap.add_argument("--foreign", type=int, default=10_000, help="the other team's Workloads")
+    ap.add_argument("--quota", type=int, default=10, help="jobs the ClusterQueue admits at once")
+    ap.add_argument("--settle", type=float, default=30.0,
+                    help="seconds the controller gets to take the foreign Workloads in")
+    ap.add_argument("--cluster", default="dk", help="the local cluster (its processes' figures)")
+    a = ap.parse_args()
+    kubeconfig = os.environ.get("KUBECONFIG")
+    if not kubeconfig:
+        sys.exit("set KUBECONFIG to the cluster to measure")
+    tag = uuid.uuid4().hex[:6]
+    foreign_ns = f"tenant-{tag}"
+    admin = await Kube.connect(kubeconfig=kubeconfig, request_timeout=30)
+    try:
+        pids = cluster_pids(a.cluster)
+        if not pids.get("controller (per replica)"):
+            sys.exit(f"no controller process of cluster {a.cluster} found")
+        idle = controller_mb(pids)
+        alone = await dispatch_phase(kubeconfig, admin, a.jobs, a.quota, pids, f"{tag}a")
+        made = await make_foreign(admin, foreign_ns, a.foreign)
+        await asyncio.sleep(a.settle)
+        after = controller_mb(pids)
+        beside = await dispatch_phase(kubeconfig, admin, a.jobs, a.quota, pids, f"{tag}b")
+        report(alone, beside, idle, after, a.foreign, made)
+    finally:
+        with contextlib.suppress(DispatchError):
+            await drop_queue(admin, foreign_ns)
+        await admin.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
