@@ -137,9 +137,14 @@ class Backend:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
-            await self._informers.close()
-            if self._owns_kube:
-                await self._kube.close()
+            try:
+                await self._stops.close()  # its shared lists' senders, before their informers
+            finally:
+                try:
+                    await self._informers.close()
+                finally:
+                    if self._owns_kube:
+                        await self._kube.close()
 
     async def __aenter__(self) -> Backend:
         return self

@@ -42,7 +42,7 @@ from typing import Any
 from dispatch_kubeflow.core.objects import metadata_only, project
 from dispatch_kubeflow.errors import DispatchError
 from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent
-from dispatch_kubeflow.waits import cancel_all
+from dispatch_kubeflow.waits import Owned
 
 Obj = dict[str, Any]
 
@@ -187,7 +187,7 @@ class _Informer:
     """One source's watch, its cache, its indexes (one per key label in use) and its
     subscribers."""
 
-    def __init__(self, kube: KubeAPI, feed: Feed) -> None:
+    def __init__(self, kube: KubeAPI, feed: Feed, owner: Owned) -> None:
         self.feed = feed  # the first; any feed of the same source is served alike
         self.synced = False
         self.revision: int | None = None
@@ -199,8 +199,9 @@ class _Informer:
         """When no one subscribes: the watch's stop, LINGER_SECONDS after the last left."""
         self._error: tuple[BaseException, TracebackType | None] | None = None
         # A context of its own: the first waiter's deadline (retry.deadline) must not bound
-        # the requests of a watch that outlives it.
-        self.task = asyncio.create_task(self._run(kube), context=contextvars.Context())
+        # the requests of a watch that outlives it. Owned by the Backend's Informers until
+        # they close, not by the waiter that started it, which it outlives.
+        self.task = owner.start(self._run(kube), context=contextvars.Context())
 
     def subscribe(self, key_label: str | None, key: str, view: View) -> None:
         if self.idle is not None:
@@ -309,7 +310,9 @@ class Informers:
         self._kube = kube
         self._running: dict[tuple[Resource, str, str | None, tuple[str, ...] | None],
                             _Informer] = {}
-        self._stopping: set[asyncio.Task[None]] = set()
+        self._tasks = Owned()
+        """Every informer's watch task, until :meth:`close`. Not a TaskGroup: the Backend
+        is no block, and one informer's failure must not cancel the others' watches."""
         self._closed = False
 
     @property
@@ -340,18 +343,15 @@ class Informers:
                 view.add(feed, key)
             yield view
         finally:
-            ended = []
             for inf, feed, key in view._wanted:
                 inf.unsubscribe(feed.key_label, key, view)
                 if inf.subscribers or inf.idle is not None:
                     continue
                 if inf.task.done():
                     self._forget(inf)
-                    ended.append(inf.task)
                 else:
                     inf.idle = asyncio.get_running_loop().call_later(
                         LINGER_SECONDS, self._expire, inf)
-            await cancel_all(ended)
 
     def join(self, view: View, feed: Feed, key: str) -> _Informer:
         """``view`` subscribes to ``key`` of ``feed`` (see :meth:`View.add`)."""
@@ -367,10 +367,7 @@ class Informers:
         if inf.subscribers:
             return
         self._forget(inf)
-        inf.task.cancel()
-        # Awaited by close(), so no task is left pending when the Backend closes.
-        self._stopping.add(inf.task)
-        inf.task.add_done_callback(self._stopping.discard)
+        inf.task.cancel()  # awaited by close(), its owner's, like every informer's task
 
     async def close(self) -> None:
         """Stop every watch; a wait still running raises DispatchError."""
@@ -382,10 +379,12 @@ class Informers:
                 inf.idle.cancel()
                 inf.idle = None
             inf.fail(DispatchError("the backend was closed while waiting"))
-        await cancel_all([inf.task for inf in running] + list(self._stopping))
+        # Cancels what still runs, waits for every task, and raises what any ended with
+        # other than its cancellation (a watch's own failure is its subscribers' already).
+        await self._tasks.close()
 
     def _start(self, feed: Feed) -> _Informer:
-        inf = self._running[feed.source] = _Informer(self._kube, feed)
+        inf = self._running[feed.source] = _Informer(self._kube, feed, self._tasks)
         inf.task.add_done_callback(lambda _: self._forget(inf))
         return inf
 

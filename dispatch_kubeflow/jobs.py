@@ -16,7 +16,6 @@ way; a listing does not, so it may show such a job ``held`` until the next Inspe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.model import JobID, ObjectRef, Observation
 from dispatch_kubeflow.state import observe_listed
-from dispatch_kubeflow.waits import cancel_all
+from dispatch_kubeflow.waits import Owned
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -132,7 +131,12 @@ async def watch_jobs(kube: KubeAPI, namespace: str,
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
-    tasks = [asyncio.create_task(follow(i, res, sel)) for i, (res, sel) in enumerate(kinds)]
+    # Owned by the generator, not by a TaskGroup: a group's scope may not span a yield (its
+    # error would cancel the consumer's task wherever it is). Cancelled and awaited when
+    # the generator ends, and what they ended with other than that is raised then.
+    tasks = Owned()
+    for i, (res, sel) in enumerate(kinds):
+        tasks.start(follow(i, res, sel))
     last: list[JobInfo] | None = None
     try:
         while True:
@@ -149,8 +153,7 @@ async def watch_jobs(kube: KubeAPI, namespace: str,
                 last = now
                 yield now
     finally:
-        with contextlib.suppress(Exception):
-            await cancel_all(tasks)
+        await tasks.close()
 
 
 def _key(obj: Mapping[str, Any]) -> str:

@@ -8,7 +8,8 @@ are the preflight probe's observation window and the back-off after a failed req
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import contextvars
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -115,6 +116,66 @@ async def cancel_all(tasks: Sequence[asyncio.Task[Any]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def raise_errors(found: Sequence[BaseException | None]) -> None:
+    """Raise the errors in ``found`` (Nones are none): one as itself, so a caller's
+    ``except`` of the library's types still works; several as a group, none dropped."""
+    errors = [e for e in found if e is not None]
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise BaseExceptionGroup("errors of tasks", errors)
+
+
+@asynccontextmanager
+async def task_group() -> AsyncIterator[asyncio.TaskGroup]:
+    """An :class:`asyncio.TaskGroup` whose lone error (a task's, or the block's own) is
+    raised as itself, not in a group: the block's callers catch the library's errors by
+    type, as before its tasks had an owner. Several errors are raised as the group."""
+    lone: BaseException | None = None
+    try:
+        async with asyncio.TaskGroup() as group:
+            yield group
+    except BaseExceptionGroup as raised:
+        if len(raised.exceptions) != 1:
+            raise
+        lone = raised.exceptions[0]
+    if lone is not None:
+        raise lone  # outside the except: its context stays what it was
+
+
+class Owned:
+    """The tasks an object owns until it closes (a Backend's informers, its crowd's shared
+    lists): for an owner whose life is not one block, so no TaskGroup can be (and an error
+    of one of its tasks must not cancel the others, as a TaskGroup's would). :meth:`close`
+    cancels what still runs, waits for every task, and raises what any ended with (other
+    than its cancellation): no task outlives its owner, and no error is lost."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._ended: list[BaseException] = []
+
+    def start(self, coro: Coroutine[Any, Any, T], *,
+              context: contextvars.Context | None = None) -> asyncio.Task[T]:
+        task = asyncio.create_task(coro, context=context)
+        self._tasks.add(task)
+        task.add_done_callback(self._end)
+        return task
+
+    def _end(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._ended.append(task.exception())  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        running = list(self._tasks)
+        for t in running:
+            t.cancel()
+        if running:
+            await asyncio.wait(running)
+        ended, self._ended = self._ended, []
+        raise_errors(ended)
+
+
 async def wait_for_all(
     kube: KubeAPI,
     watched: Sequence[Watched],
@@ -139,24 +200,29 @@ async def wait_for_all(
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
-    tasks = [asyncio.create_task(pump(i, w)) for i, w in enumerate(watched)]
     current: list[dict[str, Obj]] = [{} for _ in watched]
     synced = [False] * len(watched)
-    try:
-        while True:
-            i, item = await queue.get()
-            if isinstance(item, BaseException):
-                raise item
-            if item.type == "SYNC":
-                current[i] = {o["metadata"]["name"]: o for o in item.items}
-                synced[i] = True
-            elif item.type == "DELETED":
-                current[i].pop(item.object["metadata"]["name"], None)
-            else:
-                current[i][item.object["metadata"]["name"]] = item.object
-            if all(synced) and queue.empty():
-                result = done(current)
-                if result is not None:
-                    return result
-    finally:
-        await cancel_all(tasks)
+    # The wait owns its watches: a watch's failure is handed on through the queue, in its
+    # place among the events; anything else a watch ends with is raised by the group.
+    async with task_group() as group:
+        tasks = [group.create_task(pump(i, w)) for i, w in enumerate(watched)]
+        try:
+            while True:
+                i, item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if item.type == "SYNC":
+                    current[i] = {o["metadata"]["name"]: o for o in item.items}
+                    synced[i] = True
+                elif item.type == "DELETED":
+                    current[i].pop(item.object["metadata"]["name"], None)
+                else:
+                    current[i][item.object["metadata"]["name"]] = item.object
+                if all(synced) and queue.empty():
+                    result = done(current)
+                    if result is not None:
+                        return result
+        finally:
+            for t in tasks:
+                t.cancel()  # watches never end by themselves: the group would wait forever
+    raise AssertionError("unreachable: the loop returns or raises")

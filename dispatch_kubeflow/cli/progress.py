@@ -13,6 +13,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import TextIO
 
+from dispatch_kubeflow.waits import task_group
+
 FRAMES = "|/-\\"
 DELAY = 1.0
 """Waits shorter than this show nothing: a spinner that flashes is noise."""
@@ -28,24 +30,35 @@ async def progress(what: str, stream: TextIO | None = None) -> AsyncIterator[Non
     began = time.monotonic()
     shown = False
 
+    failed: list[Exception] = []
+
     async def spin() -> None:
         nonlocal shown
-        await asyncio.sleep(DELAY)
-        i = 0
-        while True:
-            out.write(f"\r{FRAMES[i % len(FRAMES)]} {what} ({time.monotonic() - began:.0f}s)")
-            out.flush()
-            shown = True
-            i += 1
-            await asyncio.sleep(0.1)
+        try:
+            await asyncio.sleep(DELAY)
+            i = 0
+            while True:
+                out.write(f"\r{FRAMES[i % len(FRAMES)]} {what} "
+                          f"({time.monotonic() - began:.0f}s)")
+                out.flush()
+                shown = True
+                i += 1
+                await asyncio.sleep(0.1)
+        except Exception as exc:
+            # Raised when the block ends, as before the block owned the spinner: a line
+            # that cannot be written does not cancel the work it only shows.
+            failed.append(exc)
 
-    task = asyncio.create_task(spin())
     try:
-        yield
+        async with task_group() as group:
+            spinner = group.create_task(spin())
+            try:
+                yield
+            finally:
+                spinner.cancel()
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        if failed:
+            raise failed[0]
         if shown:
             out.write("\r\033[K")  # clear the line: what follows starts clean
             out.flush()

@@ -20,6 +20,7 @@ from dispatch_kubeflow import errors
 from dispatch_kubeflow.conformance import CHECKS, Options, Summary, run
 from dispatch_kubeflow.conformance.options import FLAVOR, IMAGE, RUNTIME
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.waits import task_group
 
 
 def parser() -> argparse.ArgumentParser:
@@ -66,28 +67,32 @@ def _say(line: str) -> None:
 
 async def _main(options: Options) -> Summary | None:
     loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(run(options, out=_say))
     interrupted = False
-
-    def interrupt() -> None:
-        nonlocal interrupted
-        if interrupted:  # once is enough: the suite is cleaning up
-            print("conformance: still cleaning up; please wait", file=sys.stderr, flush=True)
-            return
-        interrupted = True
-        task.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupt)
     try:
-        return await task
-    except asyncio.CancelledError:
-        if interrupted:
-            return None
-        raise
+        # The suite runs as a task of its own, so that a signal cancels it (and it cleans
+        # up), not this task; the group waits for it and raises what it raised.
+        async with task_group() as group:
+            task = group.create_task(run(options, out=_say))
+
+            def interrupt() -> None:
+                nonlocal interrupted
+                if interrupted:  # once is enough: the suite is cleaning up
+                    print("conformance: still cleaning up; please wait", file=sys.stderr,
+                          flush=True)
+                    return
+                interrupted = True
+                task.cancel()
+
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, interrupt)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+    if task.cancelled():
+        if interrupted:
+            return None
+        raise asyncio.CancelledError
+    return task.result()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

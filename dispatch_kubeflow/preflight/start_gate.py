@@ -80,6 +80,10 @@ async def probe(kube: KubeAPI, settings: Settings, proofs: Proofs, caps: Caps, *
     seconds = settings.timeouts.preflight_probe.total_seconds()
     try:
         seen = ProbeWatch(end_at_proof=settings.probe_watch == "proof")
+        # Not a TaskGroup's: a watch that fails must not cancel the attempt-injection proof
+        # running beside it (a group would, and that capability would go unchecked). The
+        # tasks are owned here all the same: cancelled and awaited by end_watches below,
+        # whatever happens, and the first error they ended with is raised.
         tasks = [asyncio.ensure_future(watch_pods(kube, ns, name, seen)),
                  asyncio.ensure_future(proofs.watch_probe(kube, ns, created, seen))]
         # A watch that fails ends the wait at once: it has nothing more to say. With

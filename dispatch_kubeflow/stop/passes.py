@@ -39,7 +39,7 @@ from dispatch_kubeflow.stop.report import report
 from dispatch_kubeflow.stop.rounds import Crowd
 from dispatch_kubeflow.stop.sharing import Sharing
 from dispatch_kubeflow.stop.views import Views
-from dispatch_kubeflow.waits import cancel_all
+from dispatch_kubeflow.waits import task_group
 
 
 class Stop:
@@ -70,57 +70,68 @@ class Stop:
                 del times[uid]
 
     async def run(self, reason: str, until: float) -> StopReport:
-        views, deletes, releases = self.views, self.deletes, self.releases
-        kinds = views.kinds
-        reasons: list[asyncio.Task[None]] = []
-        try:
-            roots = [k for k in kinds.values() if k.res not in MADE_BY]
-            await asyncio.gather(*(views.list_kind(k) for k in roots))
-            # The reasons are recorded alongside the deletes, not before them: a record, not a
-            # step of the proof, and one round trip less for a job whose objects go promptly.
-            reasons = [asyncio.create_task(record_reason(views.kube, f.obj, reason))
-                       for f in views.seen.values() if f.res is TRAINJOB]
-            while True:
-                views.raise_bugs()
+        views, kinds = self.views, self.views.kinds
+        # The stop owns its kinds' watches and its reasons: none outlives it, and one that
+        # fails by a bug (not a KubeError, which each handles) ends the stop with it at once.
+        async with task_group() as tasks:
+            views.tasks = tasks
+            try:
+                await self._passes(reason, until, tasks)
+            finally:
+                views.tasks = None
                 for k in kinds.values():
-                    if k.feed is not None and k.current:
-                        views.follow(k)
-                now = views.loop.time()
-                for k in kinds.values():
-                    if k.early and all(views.gone(m) for m in MADE_BY.get(k.res, ())):
-                        k.current = False  # listed while its makers went: list it again
-                todo = [k for k in kinds.values()
-                        if not k.current and now >= k.retry_at and views.may_list(k)]
-                if todo:
-                    await asyncio.gather(*(views.list_kind(k) for k in todo))
-                    continue
-                due = deletes.due_deletes(now)
-                if due:
-                    await deletes.delete_all(due)
-                    continue
-                releasing = releases.due_releases(now)
-                if releasing:
-                    await asyncio.gather(*(releases.release(f) for f in releasing))
-                    continue
-                if self.done() or now >= until:
-                    break
-                self._forget_gone()
-                wake = min([until, *deletes.due.values(), *releases.release_at.values(),
-                            *(t for t in deletes.retry.values() if t > now),
-                            *(k.retry_at for k in kinds.values() if k.failure)])
-                views.changed.clear()  # no await since the checks above: no wake-up is lost
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(max(0.0, wake - now)):
-                        await views.changed.wait()
-            await asyncio.gather(*reasons)  # record_reason raises nothing of the API's
-        finally:
-            await cancel_all([*(k.watch for k in kinds.values() if k.watch is not None),
-                              *(t for t in reasons if not t.done())])
+                    if k.watch is not None:
+                        k.watch.cancel()
         if not self.done():
             # Time is up: list what is not current, so the report names what is still there.
             await asyncio.gather(*(views.list_kind(k, watch=False)
                                    for k in kinds.values() if not k.current))
         return self.report()
+
+    async def _passes(self, reason: str, until: float, tasks: asyncio.TaskGroup) -> None:
+        views, deletes, releases = self.views, self.deletes, self.releases
+        kinds = views.kinds
+        roots = [k for k in kinds.values() if k.res not in MADE_BY]
+        await asyncio.gather(*(views.list_kind(k) for k in roots))
+        # The reasons are recorded alongside the deletes, not before them: a record, not a
+        # step of the proof, and one round trip less for a job whose objects go promptly.
+        reasons = [tasks.create_task(record_reason(views.kube, f.obj, reason))
+                   for f in views.seen.values() if f.res is TRAINJOB]
+        while True:
+            for k in kinds.values():
+                if k.feed is not None and k.current:
+                    views.follow(k)
+            now = views.loop.time()
+            for k in kinds.values():
+                if k.early and all(views.gone(m) for m in MADE_BY.get(k.res, ())):
+                    k.current = False  # listed while its makers went: list it again
+            todo = [k for k in kinds.values()
+                    if not k.current and now >= k.retry_at and views.may_list(k)]
+            if todo:
+                await asyncio.gather(*(views.list_kind(k) for k in todo))
+                continue
+            due = deletes.due_deletes(now)
+            if due:
+                await deletes.delete_all(due)
+                continue
+            releasing = releases.due_releases(now)
+            if releasing:
+                await asyncio.gather(*(releases.release(f) for f in releasing))
+                continue
+            if self.done() or now >= until:
+                break
+            self._forget_gone()
+            wake = min([until, *deletes.due.values(), *releases.release_at.values(),
+                        *(t for t in deletes.retry.values() if t > now),
+                        *(k.retry_at for k in kinds.values() if k.failure)])
+            views.changed.clear()  # no await since the checks above: no wake-up is lost
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, wake - now)):
+                    await views.changed.wait()
+        # The watches go on while the reasons are recorded (as they did before the group
+        # owned them); a reason's error, if any, is the group's to raise.
+        if reasons:
+            await asyncio.wait(reasons)
 
     def report(self) -> StopReport:
         return report(self.views)

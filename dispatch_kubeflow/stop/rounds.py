@@ -13,7 +13,9 @@ fails each of its stops as its own list would have, and each lists again after
 ``Limits.pass_wait``.
 
 The crowd is the Backend's, beside its informers (:class:`Crowd`): how many of its stops
-run now, and its shared lists by kind and namespace.
+run now, and its shared lists by kind and namespace. It owns the tasks that send the rounds
+until the Backend closes it: then a stop still waiting for a round raises DispatchError, as
+one waiting on an informer does, and no sender outlives the Backend.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import metadata_only
+from dispatch_kubeflow.errors import DispatchError
 from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.kube import KubeAPI, Resource
 from dispatch_kubeflow.kube.resources import (
@@ -35,6 +38,7 @@ from dispatch_kubeflow.kube.resources import (
     TRAINJOB,
     WORKLOAD,
 )
+from dispatch_kubeflow.waits import Owned
 
 Obj = dict[str, Any]
 
@@ -51,10 +55,15 @@ class Rounds:
     a round is one list, and it serves every stop that asked for one before it was sent, so
     each stop's proof still rests on a consistent read sent after it asked."""
 
-    def __init__(self, kube: KubeAPI, res: Resource, namespace: str, wide: str) -> None:
+    def __init__(self, kube: KubeAPI, res: Resource, namespace: str, wide: str,
+                 tasks: Owned | None = None) -> None:
         self.kube, self.res, self.namespace, self.wide = kube, res, namespace, wide
         self.next: asyncio.Future[tuple[list[Obj], str]] | None = None
         """The round not sent yet, which every stop asking now joins."""
+        self.flying: asyncio.Future[tuple[list[Obj], str]] | None = None
+        """The round sent, not answered yet."""
+        self.tasks = tasks or Owned()
+        """The owner of the task that sends the rounds (the crowd's, or its own)."""
         self.sending: asyncio.Task[None] | None = None
 
     async def fresh(self) -> tuple[list[Obj], str]:
@@ -64,7 +73,7 @@ class Rounds:
             self.next.add_done_callback(lambda f: f.cancelled() or f.exception())
         joined = self.next
         if self.sending is None or self.sending.done():
-            self.sending = asyncio.create_task(self._send())
+            self.sending = self.tasks.start(self._send())
         # Shielded: one stop cancelled does not cancel the round the others wait for.
         return await asyncio.shield(joined)
 
@@ -72,6 +81,7 @@ class Rounds:
         while self.next is not None:
             # Taken before the list is sent: whoever asks from now on joins the next round.
             round_, self.next = self.next, None
+            self.flying = round_
             try:
                 # Metadata alone, sent and kept: all a stop reads (names, labels, owners,
                 # versions), and a tenth of a pod's bytes on a busy API server.
@@ -86,6 +96,21 @@ class Rounds:
                 round_.set_exception(exc)
             else:
                 round_.set_result(got)
+            finally:
+                self.flying = None
+
+    def closed(self) -> None:
+        """Every stop waiting for a round raises DispatchError: the Backend closed."""
+        for round_ in (self.flying, self.next):
+            if round_ is not None and not round_.done():
+                round_.set_exception(DispatchError("the backend was closed while waiting"))
+        self.next = None
+
+    async def close(self) -> None:
+        """Stop sending (:meth:`closed`); the sender ends, and what it ended with other than
+        its cancellation is raised (:class:`~dispatch_kubeflow.waits.Owned`)."""
+        self.closed()
+        await self.tasks.close()
 
 
 class Crowd:
@@ -99,6 +124,8 @@ class Crowd:
         """How many stops of the Backend run now."""
         self.lists: dict[tuple[Resource, str], Rounds] = {}
         """The Backend's shared lists, by kind and namespace."""
+        self.tasks = Owned()
+        """The senders of its shared lists, until :meth:`close`."""
 
     @contextmanager
     def joined(self) -> Iterator[None]:
@@ -114,5 +141,11 @@ class Crowd:
         key = (res, namespace)
         rounds = self.lists.get(key)
         if rounds is None:
-            rounds = self.lists[key] = Rounds(kube, res, namespace, wide)
+            rounds = self.lists[key] = Rounds(kube, res, namespace, wide, self.tasks)
         return rounds
+
+    async def close(self) -> None:
+        """End the shared lists (the Backend closes): see :meth:`Rounds.close`."""
+        for rounds in self.lists.values():
+            rounds.closed()
+        await self.tasks.close()

@@ -52,7 +52,6 @@ from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent
 from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import JobID
 from dispatch_kubeflow.stop.sharing import Sharing
-from dispatch_kubeflow.waits import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +124,8 @@ class Views:
         """Called with the UID of each object a view sees deleted (its times are dropped)."""
         self.changed = changed or asyncio.Event()
         self.loop = asyncio.get_running_loop()
+        self.tasks: asyncio.TaskGroup | None = None
+        """The stop's task group while its passes run: it owns the kinds' watches."""
 
     def gone(self, res: Resource) -> bool:
         k = self.kinds.get(res)
@@ -186,8 +187,10 @@ class Views:
             k.retry_at = self.loop.time() + self.pass_wait
             return
         if k.watch is not None:
-            # The new list replaces the view, and a new watch goes on from its version.
-            await cancel_all([k.watch])
+            # The new list replaces the view, and a new watch goes on from its version. (Had
+            # the old one failed, the stop's task group raises its error: it is not lost.)
+            k.watch.cancel()
+            await asyncio.wait([k.watch])
             k.watch = None
         k.failure, k.rv, k.label_selector, k.live, k.current = None, rv, sel, {}, True
         k.feed = None
@@ -202,7 +205,8 @@ class Views:
         if watch and k.live and rv and sel is not None:
             feed = self.sharing.feed_for(k.res, k.rv, (f.obj for f in k.live.values()))
             if feed is None:
-                k.watch = asyncio.create_task(self._watch(k))
+                assert self.tasks is not None, "a watch outside the stop's passes"
+                k.watch = self.tasks.create_task(self._watch(k))
             else:
                 self.follow_from(k, feed)
 
@@ -331,9 +335,3 @@ class Views:
                 self._saw(k, f)
             else:
                 k.live.pop(uid, None)
-
-    def raise_bugs(self) -> None:
-        """A watch task that ended by anything but a KubeError is a bug: raise it here."""
-        for k in self.kinds.values():
-            if k.watch is not None and k.watch.done() and not k.watch.cancelled():
-                k.watch.result()

@@ -30,7 +30,7 @@ from dispatch_kubeflow.core.objects import is_true, meta
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube import resources as r
 from dispatch_kubeflow.model import ObjectState
-from dispatch_kubeflow.waits import cancel_all
+from dispatch_kubeflow.waits import cancel_all, task_group
 
 Sink = Callable[[str, Mapping[str, Any], tuple[dict[str, Any], ...]], None]
 
@@ -136,11 +136,12 @@ async def _consume(kube: KubeAPI, res: r.Resource, ns: str, selector: str, sink:
 async def _until_set(event: asyncio.Event, watches: list[asyncio.Task[None]]) -> None:
     """Wait for ``event``; a watch that ended meanwhile (it raised: observe never ends by
     itself) is the check's failure, not a silent stop of the events it waited for."""
-    waiter = asyncio.ensure_future(event.wait())
-    try:
-        await asyncio.wait([waiter, *watches], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
+    async with task_group() as group:
+        waiter = group.create_task(event.wait())
+        try:
+            await asyncio.wait([waiter, *watches], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
     for task in watches:
         if task.done():
             task.result()  # raises what ended the watch
@@ -167,6 +168,8 @@ async def no_overlap(suite: Suite) -> str:
 
     await until(suite, "the execution ending", 60, ended_but_lingering)
     watch = ReleaseWatch(suite.o.admission_check)
+    # Not a TaskGroup's: a watch's failure fails the check where it waits (_until_set), and
+    # does not cut short the release or the reads between (as a group's cancellation would).
     tasks = [
         asyncio.create_task(_consume(suite.kube, r.POD, ref.namespace, pod_selector(ref),
                                      watch.on_pods), name="the watch of the job's pods"),
