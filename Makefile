@@ -5,7 +5,7 @@ KUBECONFIG_LOCAL ?= /tmp/$(CLUSTER).kubeconfig
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test venv lint unit verify cluster-up cluster-down docs bench bench-tenants chaos clean paths
+.PHONY: demo test venv lint unit packaging verify cluster-up cluster-down docs bench bench-tenants chaos clean paths
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -21,9 +21,9 @@ demo: venv
 	PYTHON=$(abspath $(PY)) ADMISSION_PYTHON=$(abspath $(PY)) \
 	  deploy/local/demo.sh $(CLUSTER) $(KUBECONFIG_LOCAL)
 
-## test: lint, unit tests, then every cluster test against the local cluster (started and
-## stopped here) or the cluster named by $$KUBECONFIG.
-test: venv lint unit
+## test: lint, unit tests, the packaging test, then every cluster test against the local
+## cluster (started and stopped here) or the cluster named by $$KUBECONFIG.
+test: venv lint unit packaging
 	$(PY) -m pytest tests/verify
 	$(PY) -m pytest -m machine tests/cluster
 	$(PY) -m pytest -m 'not machine' tests/cluster
@@ -45,6 +45,12 @@ lint: venv
 UNIT_WORKERS ?= auto
 unit: venv
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest tests/unit -n $(UNIT_WORKERS) --maxprocesses 4
+
+## packaging: build the sdist and the wheel, install each into fresh venvs (no extra, each
+## extra; the checkout and git-URL forms of docs/install.md) and run every console script's
+## --help there (tests/packaging; needs the package index, as `venv` does; about 75 s).
+packaging: venv
+	$(PY) -m pytest tests/packaging
 
 ## verify: model-check the readmission protocol with spin (and the variants that must fail).
 verify: venv

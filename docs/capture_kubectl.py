@@ -48,10 +48,11 @@ public API, so it says what `Backend.inspect`, `Backend.jobs` and `Backend.event
 ## Install it
 
 The plugin comes with the package's `cli` extra, as the console script
-`kubectl-dispatch`. kubectl finds any executable named `kubectl-*` on your `PATH`:
+`kubectl-dispatch` ([Install the package](install.md)). kubectl finds any executable named
+`kubectl-*` on your `PATH`:
 
 ```sh
-pip install 'dispatch-kubeflow[cli]'
+pip install '.[cli]'         # in a checkout; from the git URL: see Install the package
 kubectl plugin list          # lists .../kubectl-dispatch
 kubectl dispatch --help
 ```
