@@ -494,6 +494,14 @@ patches:
       kind: ConfigMap
       metadata: {name: dispatch-admission-count-kueue, namespace: dispatch-system}
       data: {resumers: "kueue-controller\ntrainer-controller\n"}
+  # Controllers run on the host (deploy/local/admission.sh, the cluster tests' replicas)
+  # log in as the controller too, and point the webhook at the host's loopback.
+  - target: {kind: ConfigMap, name: dispatch-admission-controller-writes}
+    patch: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: dispatch-admission-controller-writes, namespace: dispatch-system}
+      data: {webhookURLs: "https://127.0.0.1:\n"}
 EOF
   log "deploying the admission controller (kubectl apply -k) to ${NODES[0]}"
   kctl apply --server-side --force-conflicts -k "$O" >>"$STATE/logs/install.log" 2>&1 \
