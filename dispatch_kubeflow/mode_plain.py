@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatch_kubeflow import errors, hold, observe, state
+from dispatch_kubeflow import errors, hold, state
 from dispatch_kubeflow.admission_count import admit_plain
+from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.execution import alive
 from dispatch_kubeflow.core.hold import instance as hold_instance
@@ -23,7 +24,7 @@ from dispatch_kubeflow.find import KINDS
 from dispatch_kubeflow.informer import Feed, Informers
 from dispatch_kubeflow.jobs import Listed
 from dispatch_kubeflow.kube import KubeAPI, Resource
-from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
+from dispatch_kubeflow.kube.resources import POD, TRAINJOB, WORKLOAD
 from dispatch_kubeflow.model import HoldMeta, ObjectRef
 from dispatch_kubeflow.preflight import proofs
 from dispatch_kubeflow.preflight.mode import Proofs
@@ -87,8 +88,13 @@ class PlainMode:
         return obs.hold_until if obs.hold_instance else None
 
     async def release_expired(self, kube: KubeAPI, ref: ObjectRef) -> None:
-        """Release the TrainJob's hold, whatever its instance, if it expired."""
-        trainjob, _, pods = await observe.read(kube, self, ref)
+        """Release the TrainJob's hold, whatever its instance, if it expired. Reads the
+        TrainJob and its pods itself: plain mode has no Workload to ask anyone for."""
+        trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
+        if trainjob is None:
+            return
+        pods, _ = await kube.list(POD, ref.namespace,
+                                  label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
         until = self.hold_expiry(trainjob, pods)
         if until is None or until > datetime.now(UTC):
             return
