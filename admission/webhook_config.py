@@ -4,7 +4,7 @@ The controller writes it when it starts (``--webhook-url`` for a host process,
 ``--webhook-service`` in a cluster), and the leader keeps it: it watches the object by name
 and writes it again whenever it says something else (its ``caBundle`` wiped, a rule or its
 match condition edited: every dispatch pod refused, or let through unjudged, until a
-restart). A deletion it reports, loudly, and cannot undo (:class:`ConfigurationKeeper`).
+restart), or makes it again when it is deleted (:class:`ConfigurationKeeper`).
 """
 
 from __future__ import annotations
@@ -119,11 +119,14 @@ def _same(cur: Obj, want: Obj) -> bool:
 
 
 class ConfigurationKeeper:
-    """The leader writes the configuration again whenever the watch shows it different, and
-    when it starts leading (a follower only watches). Deleted, it cannot be made again: the
-    controller may update it by name, but RBAC cannot limit a create to one name, and a
-    controller that may create any webhook configuration could point one at anything. So a
-    deletion is an error in the log, naming the fix, until someone applies it again."""
+    """The leader writes the configuration again whenever the watch shows it different or
+    gone, and when it starts leading (a follower only watches).
+
+    Making it again needs ``create``, which RBAC cannot limit to one name; the policy
+    ``dispatch-admission-controller-writes`` limits what the controller may create to this
+    configuration, for pods, calling its own Service (deploy/admission). Where the create is
+    refused (RBAC older than this controller) a deletion is an error in the log, naming the
+    fix, until someone applies it again."""
 
     RETRY = (0.5, 30.0)
     """Seconds before another try after a failed write: first, and at most."""
@@ -176,14 +179,15 @@ class ConfigurationKeeper:
             if not self.elector.is_leader():
                 continue
             try:
-                if not await ensure_configuration(self.kube, self.client, self.ca_bundle,
-                                                  create=False):
-                    log.error("MutatingWebhookConfiguration %s is gone: dispatch pods are made "
-                              "with no identity and no gate until it is applied again "
-                              "(kubectl apply -f deploy/admission/webhook.yaml); this "
-                              "controller then fills in its caBundle",
-                              names.WEBHOOK_CONFIGURATION)
+                await ensure_configuration(self.kube, self.client, self.ca_bundle)
                 delay = self.RETRY[0]
+            except errors.KubeForbidden as exc:
+                # Not allowed to make it (RBAC older than this controller): say what to do.
+                log.error("MutatingWebhookConfiguration %s is gone and this controller may "
+                          "not make it (%s): dispatch pods are made with no identity and no "
+                          "gate until it is applied again (kubectl apply -f "
+                          "deploy/admission/webhook.yaml, and deploy/admission's RBAC)",
+                          names.WEBHOOK_CONFIGURATION, exc)
             except errors.KubeError as exc:
                 log.warning("cannot write MutatingWebhookConfiguration %s: %s; again in %.1fs",
                             names.WEBHOOK_CONFIGURATION, exc, delay)

@@ -330,6 +330,34 @@ async def test_a_cut_off_worker_holds_back_the_next_execution_until_it_heals(
     assert await workload(kube, ns, tj) is not None
 
 
+async def test_a_deleted_webhook_configuration_is_made_again(
+        kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    """Issue 28: deleted, the configuration was reported and stayed gone, and dispatch pods
+    were made with no identity and no gate. The leader makes it again (the policy
+    dispatch-admission-controller-writes bounds what it may create), and pods get their
+    identity."""
+    await admission.deployed(kube)
+    cfg = MUTATING_WEBHOOK_CONFIGURATION
+    was = await kube.get(cfg, names.WEBHOOK_CONFIGURATION)
+    await kube.delete(cfg, names.WEBHOOK_CONFIGURATION, uid=was["metadata"]["uid"])
+
+    async def again() -> Obj | None:
+        cur = await kube.get_or_none(cfg, names.WEBHOOK_CONFIGURATION)
+        return cur if cur is not None and cur["metadata"]["uid"] != was["metadata"]["uid"] \
+            else None
+
+    made = await eventually(again, 30, "the configuration made again")
+    assert made["webhooks"][0]["clientConfig"] == was["webhooks"][0]["clientConfig"]
+    assert made["webhooks"][0]["matchConditions"] == was["webhooks"][0]["matchConditions"]
+    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
+    await wait_ready(kube, ns, tj)
+    labels = {**dispatch_labels(job_id), names.JOBSET_NAME_LABEL: tj,
+              names.RESTART_ATTEMPT_LABEL: "0"}
+    out = await kube.create(r.POD, _pod(ns, labels), ns, dry_run=True)
+    env = {e["name"]: e.get("value") for e in out["spec"]["containers"][0].get("env") or []}
+    assert env[names.ENV_ATTEMPT] == f"{job_id}.1.1.1.0", dump_logs(admission)
+
+
 async def test_an_edited_webhook_configuration_is_put_back(
         kube: Kube, ns: str, admission: AdmissionHandle) -> None:
     """Issue 28: the configuration was written only when the controller started: its caBundle
