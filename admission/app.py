@@ -34,6 +34,7 @@ from admission.lease import LeaderElector
 from admission.observability import EventRecorder, HealthServer, Metrics
 from admission.pod_identity import WebhookServer
 from admission.readmission import Readmission
+from admission.tls_keeper import SecretKeeper
 from admission.webhook_config import ClientConfig, ConfigurationKeeper, ensure_configuration
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube import KubeAPI
@@ -117,6 +118,8 @@ class Controller:
         self.webhook = WebhookServer(kube, self.metrics)
         self.keeper: ConfigurationKeeper | None = None
         """Keeps the webhook configuration when this controller manages it."""
+        self.secret: SecretKeeper | None = None
+        """Keeps the shared TLS Secret, and serves what it holds (``--tls-secret``)."""
         self.health = HealthServer(self.ready, self.metrics)
         self.warm = asyncio.Event()
         self.stop_flag = asyncio.Event()
@@ -126,6 +129,10 @@ class Controller:
         """A startup error the operator cannot get past (bad TLS files): exit code 2."""
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
+
+    def _new_ca(self, material: tls.TlsMaterial) -> None:
+        if self.keeper is not None:
+            self.keeper.use_ca(material.ca_bundle)
 
     def ready(self) -> tuple[bool, str]:
         if not self.webhook.serving:
@@ -165,12 +172,16 @@ class Controller:
             await self.health.start(health=c.health_listen or None,
                                     metrics=c.metrics_listen or None)
             material = await self._tls()
-            await self.webhook.start(c.webhook_listen, material.ssl_context())
+            serving = material.ssl_context()
+            await self.webhook.start(c.webhook_listen, serving)
             if c.webhook_url or c.webhook_service:
                 client = ClientConfig(url=c.webhook_url, service=c.webhook_service)
                 await ensure_configuration(self.kube, client, material.ca_bundle)
                 self.keeper = ConfigurationKeeper(self.kube, self.elector, client,
                                                   material.ca_bundle)
+            if c.tls_secret and not (c.tls_cert or c.tls_key):
+                self.secret = SecretKeeper(self.kube, self.elector, c.namespace, c.tls_secret,
+                                           material, serving, self._new_ca)
         except BaseException:
             # kopf retries a failed startup activity: let the retry start from nothing. Kept
             # bound, the health port failed every retry with EADDRINUSE (seen in the fault
@@ -217,6 +228,8 @@ class Controller:
         self._spawn(self.holds.run(), "hold expiry")
         if self.keeper is not None:
             self._spawn(self.keeper.run(), "webhook configuration")
+        if self.secret is not None:
+            self._spawn(self.secret.run(), "TLS secret")
         self._spawn(self.elector.run(), "leader election")
 
     async def _successor(self, within: float) -> bool:

@@ -41,8 +41,14 @@ class TlsMaterial:
     ca: bytes
 
     def ssl_context(self) -> ssl.SSLContext:
-        # load_cert_chain reads files only: write them to a private directory, briefly.
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.load_into(ctx)
+        return ctx
+
+    def load_into(self, ctx: ssl.SSLContext) -> None:
+        """Serve this certificate from ``ctx`` from the next handshake on (a server keeps its
+        context: loading into it is how the certificate changes without a restart)."""
+        # load_cert_chain reads files only: write them to a private directory, briefly.
         with tempfile.TemporaryDirectory(prefix="dispatch-admission-tls-") as d:
             cert, key = os.path.join(d, "tls.crt"), os.path.join(d, "tls.key")
             with open(cert, "wb") as f:
@@ -51,7 +57,6 @@ class TlsMaterial:
             with os.fdopen(fd, "wb") as f:
                 f.write(self.key)
             ctx.load_cert_chain(cert, key)
-        return ctx
 
     @property
     def ca_bundle(self) -> str:
@@ -126,21 +131,36 @@ async def from_secret(kube: KubeAPI, namespace: str, name: str, hosts: list[str]
     """Read the shared Secret, creating it first if no replica has yet."""
     secret = await kube.get_or_none(SECRET, name, namespace)
     if secret is None:
-        made = generate(hosts)
-        body = {"metadata": {"name": name, "namespace": namespace,
-                             "labels": {"app.kubernetes.io/name": "dispatch-admission"}},
-                "type": "kubernetes.io/tls",
-                "data": {"tls.crt": _b64(made.cert), "tls.key": _b64(made.key),
-                         "ca.crt": _b64(made.ca)}}
         try:
-            secret = await kube.create(SECRET, body, namespace)
+            secret = await kube.create(SECRET, secret_body(namespace, name, generate(hosts)),
+                                       namespace)
             log.info("created TLS secret %s/%s", namespace, name)
         except errors.KubeConflict:  # another replica made it first: use theirs
             secret = await kube.get(SECRET, name, namespace)
-    data = secret.get("data") or {}
-    try:
-        return TlsMaterial(*(base64.b64decode(data[k]) for k in ("tls.crt", "tls.key", "ca.crt")))
-    except (KeyError, ValueError) as exc:
+    material = of_secret(secret)
+    if material is None:
         raise errors.SettingsError(
             f"--tls-secret: {namespace}/{name} lacks tls.crt, tls.key or ca.crt; delete it and "
-            "a replica will recreate it", field="--tls-secret") from exc
+            "a replica will recreate it", field="--tls-secret")
+    return material
+
+
+def secret_body(namespace: str, name: str, material: TlsMaterial) -> dict[str, object]:
+    """The shared Secret holding ``material``."""
+    return {"metadata": {"name": name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/name": "dispatch-admission"}},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": _b64(material.cert), "tls.key": _b64(material.key),
+                     "ca.crt": _b64(material.ca)}}
+
+
+def of_secret(secret: dict[str, object]) -> TlsMaterial | None:
+    """The material a shared Secret holds (None when it lacks a part)."""
+    data = secret.get("data") or {}
+    if not isinstance(data, dict):
+        return None
+    try:
+        return TlsMaterial(*(base64.b64decode(str(data[k]))
+                             for k in ("tls.crt", "tls.key", "ca.crt")))
+    except (KeyError, ValueError):
+        return None

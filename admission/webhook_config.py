@@ -145,6 +145,14 @@ class ConfigurationKeeper:
         if leading:
             self._look.set()
 
+    def use_ca(self, ca_bundle: str) -> None:
+        """The replicas serve a certificate of another CA now (the shared TLS Secret
+        changed): the configuration's caBundle must be that CA's."""
+        if ca_bundle != self.ca_bundle:
+            self.ca_bundle = ca_bundle
+            self.want = webhook_configuration(self.client, ca_bundle)
+            self._look.set()
+
     def _seen(self, ev: WatchEvent) -> None:
         if ev.type == "SYNC":
             current = next(iter(ev.items), None)

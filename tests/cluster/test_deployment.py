@@ -330,6 +330,34 @@ async def test_a_cut_off_worker_holds_back_the_next_execution_until_it_heals(
     assert await workload(kube, ns, tj) is not None
 
 
+async def test_a_deleted_tls_secret_is_made_again_with_the_ca_every_replica_serves(
+        kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    """Issue 28: with the shared Secret deleted, a replica that started made a new CA while
+    the others served the old one, and the caBundle fitted only some. The leader makes it
+    again from what every replica serves: the same CA, and pods keep getting identity."""
+    await admission.deployed(kube)
+    secret = r.Resource("", "v1", "secrets", "Secret")
+    tls_secret = "dispatch-admission-tls"
+    was = await kube.get(secret, tls_secret, names.CONTROLLER_NAMESPACE)
+    await kube.delete(secret, tls_secret, names.CONTROLLER_NAMESPACE,
+                      uid=was["metadata"]["uid"])
+
+    async def again() -> Obj | None:
+        cur = await kube.get_or_none(secret, tls_secret, names.CONTROLLER_NAMESPACE)
+        return cur if cur is not None and cur["metadata"]["uid"] != was["metadata"]["uid"] \
+            else None
+
+    made = await eventually(again, 30, "the TLS Secret made again")
+    assert made["data"] == was["data"]
+    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
+    await wait_ready(kube, ns, tj)
+    labels = {**dispatch_labels(job_id), names.JOBSET_NAME_LABEL: tj,
+              names.RESTART_ATTEMPT_LABEL: "0"}
+    out = await kube.create(r.POD, _pod(ns, labels), ns, dry_run=True)
+    env = {e["name"]: e.get("value") for e in out["spec"]["containers"][0].get("env") or []}
+    assert env[names.ENV_ATTEMPT] == f"{job_id}.1.1.1.0", dump_logs(admission)
+
+
 async def test_a_deleted_webhook_configuration_is_made_again(
         kube: Kube, ns: str, admission: AdmissionHandle) -> None:
     """Issue 28: deleted, the configuration was reported and stayed gone, and dispatch pods
