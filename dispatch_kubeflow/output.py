@@ -14,6 +14,10 @@ refuses the parameter, STDOUT falls back to the combined log and the stream says
 (``LogStream.split`` is False, and a warning is logged); STDERR raises
 :class:`~dispatch_kubeflow.errors.UnsupportedError`, since it cannot be told apart.
 
+``tail_lines`` keeps only the log's last lines and ``since`` only what was logged in that
+long before now (the log endpoint's ``tailLines`` and ``sinceSeconds``; the server counts
+the lines and times, so both hold for a followed log too).
+
 Reading never blocks the event loop: chunks are awaited from the HTTP response as the
 kubelet sends them (``follow=True`` keeps reading until the container ends).
 """
@@ -21,8 +25,10 @@ kubelet sends them (``follow=True`` keeps reading until the container ends).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from dispatch_kubeflow import errors
@@ -121,8 +127,12 @@ def current_pod(pods: Sequence[Mapping[str, Any]],
 
 async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
                  stream: OutputStream = OutputStream.STDOUT, follow: bool = False,
-                 submission: int | None = None) -> LogStream:
-    """Open rank ``rank``'s log of the current execution of ``job``.
+                 submission: int | None = None, tail_lines: int | None = None,
+                 since: timedelta | None = None) -> LogStream:
+    """Open rank ``rank``'s log of the current execution of ``job``; ``tail_lines``: only its
+    last lines (0 or more), ``since``: only what was logged in that long before now.
+
+    Raises :class:`~dispatch_kubeflow.errors.SpecError` for a bad rank, tail or since.
 
     Raises :class:`~dispatch_kubeflow.errors.NotFound` when the job has no pod of that rank,
     or its pod has not started yet (no node: dispatch's start gate holds it, or the
@@ -131,6 +141,7 @@ async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
         raise errors.SpecError(f"rank: must be a non-negative integer, got {rank!r}",
                                field="rank")
     stream = OutputStream(stream)
+    since_seconds = log_window(tail_lines, since)
     selector = f"{names.JOB_ID_LABEL}={job},{names.COMPLETION_INDEX_LABEL}={rank}"
     if submission is not None:
         selector += f",{names.SUBMISSION_LABEL}={submission}"
@@ -158,7 +169,8 @@ async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
     want = None if stream is OutputStream.ALL else stream.value
     try:
         body = await kube.open_pod_log(name, namespace, container=names.TRAINER_CONTAINER,
-                                       follow=follow, stream=want)
+                                       follow=follow, stream=want, tail_lines=tail_lines,
+                                       since_seconds=since_seconds)
         return LogStream(body, pod=name, stream=stream, split=want is not None)
     except errors.KubeInvalid as exc:
         # With the feature gate off, the API server refuses the parameter: 422, a cause on
@@ -172,5 +184,21 @@ async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
     log.warning("the API server cannot split stdout from stderr (PodLogsQuerySplitStreams "
                 "is off): pod %s's stdout is read with stderr mixed in", name)
     body = await kube.open_pod_log(name, namespace, container=names.TRAINER_CONTAINER,
-                                   follow=follow)
+                                   follow=follow, tail_lines=tail_lines,
+                                   since_seconds=since_seconds)
     return LogStream(body, pod=name, stream=stream, split=False)
+
+
+def log_window(tail_lines: int | None, since: timedelta | None) -> int | None:
+    """Check ``tail_lines`` and ``since``; ``since`` in whole seconds (rounded up, as the
+    server takes whole seconds and a part second asked for is a second more, not less)."""
+    if tail_lines is not None and (isinstance(tail_lines, bool)
+                                   or not isinstance(tail_lines, int) or tail_lines < 0):
+        raise errors.SpecError(f"tail_lines: must be an integer, 0 or more, got {tail_lines!r}",
+                               field="tail_lines")
+    if since is None:
+        return None
+    if not isinstance(since, timedelta) or since <= timedelta(0):
+        raise errors.SpecError(f"since: must be a positive timedelta, got {since!r}",
+                               field="since")
+    return math.ceil(since.total_seconds())

@@ -63,19 +63,27 @@ Installed without the extra, the command says so on one line and exits 2:
 
 ## Tell it where to work
 
-It reads the same JSON settings section as the library (see the
-[configuration reference](reference/configuration.md)), from the first of:
+Like kubectl, it works where your kubeconfig's current context points: that context's
+cluster and namespace (`default` when the context names none). `--kubeconfig FILE`,
+`--context NAME` and `-n NAMESPACE` choose another, as kubectl's own flags do; they go
+before or after the command: `kubectl dispatch get -n tutorial`. Without a settings file,
+a command learns Kueue or plain mode from the cluster: from the job's TrainJob (its
+`kueue.x-k8s.io/queue-name` label) for `hold`, else Kueue mode where Kueue is installed.
+
+A settings file says what only it can: `preflight`, `open` and `release` run the
+library's preflight, whose probe needs `probeRuntime` (and `kueue`, in Kueue mode).
+Without one they say so on one line, naming the key. The file is the library's JSON
+settings section (see the [configuration reference](reference/configuration.md)), from the
+first of:
 
 1. `--settings FILE`;
 2. `$DISPATCH_KUBEFLOW_SETTINGS`;
 3. `~/.config/dispatch-kubeflow/settings.json` (under `$XDG_CONFIG_HOME` when set).
 
-`--kubeconfig FILE`, `--context NAME` and `-n NAMESPACE` override the file's
-`cluster.kubeconfig`, `cluster.context` and `namespace`, as kubectl's own flags would.
-They go before or after the command: `kubectl dispatch get -n tutorial`. An API server
-that refuses connections or answers 429 or 503 is ridden out for 3 s a request (the
-library's default, for services, is 30 s: `timeouts.transient`); a settings file that sets
-`timeouts.transient` keeps its own.
+With a file, `--kubeconfig`, `--context` and `-n` override its `cluster.kubeconfig`,
+`cluster.context` and `namespace`. An API server that refuses connections or answers 429
+or 503 is ridden out for 3 s a request (the library's default, for services, is 30 s:
+`timeouts.transient`); a settings file that sets `timeouts.transient` keeps its own.
 
 ```json
 {
@@ -91,7 +99,10 @@ proven (`preflight` found the backend observe-only, or `stop` left something ali
 unproven); 130 interrupted. An error is one line on stderr that names the field and the
 fix, and nothing is written to the cluster before the command line, the job id and the
 settings have been checked. When stderr is a terminal, a wait longer than a second shows a
-spinner there.
+spinner there. `kubectl dispatch version` (or `--version`) prints the plugin's version.
+
+Completion for bash and zsh: `source <(kubectl dispatch completion bash)` (or `zsh`) in
+your shell's startup file completes `kubectl-dispatch` commands and options.
 
 ## Prove what the cluster can do
 
@@ -128,8 +139,11 @@ $ kubectl dispatch open {REF}
 $ kubectl dispatch get
 ```
 
-`-o json` and `-o yaml` print the same as data; `-w` prints each job again whenever its
-row changes, and `gone` when its TrainJob disappears.
+`-o json` and `-o yaml` print the same as data, `-o wide` adds the TrainJob and the
+execution's epoch, `-o name` prints `trainjob.trainer.kubeflow.org/<name>` as kubectl
+does; `--no-headers` drops the header, `-A` lists every namespace, `get JOB` one job's
+submissions. `-w` prints each job again whenever its row changes, and `gone` when its
+TrainJob disappears.
 
 ```console
 $ kubectl dispatch get -o yaml
@@ -146,7 +160,8 @@ $ kubectl dispatch describe {JOB}
 ```
 
 `logs` prints rank 0's log of the current execution (`--rank N` for another node,
-`--stderr` for the other stream, `-f` to follow):
+`--stderr` for the other stream, `-f` to follow, `--tail N` for the last lines only,
+`--since 10m` for what was logged since):
 
 <!-- capture: sleep 3 -->
 ```console
@@ -163,10 +178,11 @@ $ kubectl dispatch events {JOB}
 ## Hold and release
 
 A hold ends the execution and keeps the job from being admitted until it is released or
-its `--until` passes (a time, or a duration from now):
+its `--until` passes (a time, or a duration from now). Its instance is the next one (1
+for a job never held) unless `--instance N` names it, and is printed:
 
 ```console
-$ kubectl dispatch hold {JOB} --instance 1 --until 2h --reason "incident 4711"
+$ kubectl dispatch hold {JOB} --until 2h --reason "incident 4711"
 ```
 
 <!-- capture: wait held -->
@@ -196,8 +212,9 @@ pod of the first execution had gone.
 ## Stop it and show it is gone
 
 `stop` records the reason as an Event, deletes everything of the job and proves it is
-gone. It exits 3 if anything is alive or unproven; interrupted with Ctrl-C, it says what
-it had deleted so far.
+gone. It exits 3 if anything is alive or unproven, also when `--timeout` (default the
+settings' `timeouts.stopJob`, 3m) passes first; interrupted with Ctrl-C, it says what it
+had deleted so far.
 
 ```console
 $ kubectl dispatch stop {JOB} --reason "incident 4711 is over"
@@ -216,7 +233,7 @@ $ kubectl dispatch describe 01-not-a-job-id
 ```
 
 ```console
-$ kubectl dispatch hold {JOB} --instance 1 --reason later --kubeconfig /nonexistent
+$ kubectl dispatch hold {JOB} --reason later --kubeconfig /nonexistent
 ```
 """
 

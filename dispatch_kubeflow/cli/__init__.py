@@ -10,13 +10,24 @@ codes.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 import click
+from click.shell_completion import shell_complete
 
 import dispatch_kubeflow as dk
-from dispatch_kubeflow.cli.app import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, PROG, cli
+from dispatch_kubeflow.cli import about, act, look  # noqa: F401 - each registers its commands
+from dispatch_kubeflow.cli.about import COMPLETE_VAR
+from dispatch_kubeflow.cli.app import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    PROG,
+    SCRIPT,
+    cli,
+)
 from dispatch_kubeflow.core import errors
 
 
@@ -56,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (see :mod:`dispatch_kubeflow.cli.app`)."""
     # The library logs its retries; a person at a terminal wants the one-line outcome.
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s: %(message)s")
+    instruction = os.environ.get(COMPLETE_VAR)
+    if instruction:  # a completion script asks (see cli.about)
+        return shell_complete(cli, {}, SCRIPT, COMPLETE_VAR, instruction)
     try:
         rv = cli.main(args=list(argv) if argv is not None else sys.argv[1:], prog_name=PROG,
                       standalone_mode=False)

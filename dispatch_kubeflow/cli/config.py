@@ -1,11 +1,16 @@
-"""Where the plugin's settings come from: the library's JSON settings section, in a file.
+"""Where the plugin's settings come from: the library's JSON settings section, in a file,
+or, as kubectl would, the kubeconfig's context.
 
 The file is ``--settings FILE``, else ``$DISPATCH_KUBEFLOW_SETTINGS``, else
 ``$XDG_CONFIG_HOME/dispatch-kubeflow/settings.json`` (``~/.config/...`` when
 ``XDG_CONFIG_HOME`` is unset). ``--kubeconfig``, ``--context`` and ``-n`` override
 ``cluster.kubeconfig``, ``cluster.context`` and ``namespace`` of that file, as kubectl's
-own flags would. Every problem is a :class:`~dispatch_kubeflow.errors.SettingsError`
-whose message names the file and the key, so the plugin can print it as one line.
+own flags would. With no file at the default path (and none named), the kubeconfig's
+context says the cluster and the namespace (``default`` when it names none), as for
+kubectl: enough for every command that only looks, holds or stops; a command that needs
+what only a file can say (the preflight's ``probeRuntime``) says so (:func:`require_file`).
+Every problem is a :class:`~dispatch_kubeflow.errors.SettingsError` whose message names
+the file and the key, so the plugin can print it as one line.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from dispatch_kubeflow.errors import SettingsError
-from dispatch_kubeflow.settings import Settings
+from dispatch_kubeflow.kube.kubeconfig import current_context
+from dispatch_kubeflow.settings import KueueSettings, Settings
 
 ENV = "DISPATCH_KUBEFLOW_SETTINGS"
 
@@ -51,8 +59,75 @@ def settings_path(target: Target) -> tuple[Path, str]:
     return default_path(), "the default path"
 
 
+UNSET = "unset-no-settings-file"
+"""The probeRuntime (and Kueue localQueue) of settings made from a kubeconfig: Settings
+requires them, and nothing the plugin does without a file reads them (Start is never run,
+and the preflight refuses first: :func:`require_file`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """Settings, and where they came from."""
+
+    settings: Settings
+    source: str
+    """The file, or ``kubeconfig context NAME`` (for messages)."""
+    from_file: bool
+
+
+def resolve(target: Target) -> Loaded:
+    """The settings of ``target``: its file, else (none named, none at the default path)
+    the kubeconfig's context, with the command line's overrides."""
+    path, how = settings_path(target)
+    if how == "the default path" and not path.is_file():
+        return from_kubeconfig(target)
+    return Loaded(load(target), str(path), True)
+
+
+def from_kubeconfig(target: Target) -> Loaded:
+    """Settings from the kubeconfig's context: its cluster, and its namespace unless ``-n``
+    (``default`` when it names none, as kubectl)."""
+    ctx = current_context(target.kubeconfig, target.context)
+    data: dict[str, Any] = {
+        "cluster": {"context": ctx.name,
+                    **({"kubeconfig": target.kubeconfig} if target.kubeconfig else {})},
+        "namespace": target.namespace or ctx.namespace or "default",
+        "probeRuntime": {"name": UNSET},
+        "timeouts": {"transient": CLI_TRANSIENT}}
+    source = f"kubeconfig context {ctx.name}"
+    try:
+        return Loaded(Settings.parse(data), source, False)
+    except SettingsError as exc:
+        raise SettingsError(f"{source}: {exc}", field=exc.field,
+                            problems=exc.problems) from None
+
+
+def require_file(loaded: Loaded, key: str, what: str) -> None:
+    """A SettingsError naming ``key`` when the settings came from no file: ``what`` (a
+    command) needs what only a settings file can say."""
+    if loaded.from_file:
+        return
+    raise SettingsError(
+        f"{key}: {what} needs {key} from a settings file, and there is none ({loaded.source} "
+        f"gave the cluster and namespace); pass --settings FILE, set ${ENV}, or write "
+        f"{default_path()}", field=key)
+
+
+def with_kueue(settings: Settings, local_queue: str | None) -> Settings:
+    """``settings`` in Kueue mode with ``local_queue`` (None: plain mode), for settings made
+    from a kubeconfig, whose mode the job's objects say. The queue is only named, never
+    used: nothing the plugin runs without a file starts a job."""
+    if local_queue is None:
+        return settings.model_copy(update={"kueue": None})
+    try:
+        kueue = KueueSettings.model_validate({"localQueue": local_queue})
+    except ValidationError:  # a label value need not be a queue's name: it is unused
+        kueue = KueueSettings.model_validate({"localQueue": UNSET})
+    return settings.model_copy(update={"kueue": kueue})
+
+
 def load(target: Target) -> Settings:
-    """The settings of ``target``: its file, with the command line's overrides."""
+    """The settings of ``target``'s file, with the command line's overrides."""
     path, how = settings_path(target)
     if not path.is_file():
         raise SettingsError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -57,16 +58,48 @@ class WhenType(_Param):
 
 
 class DurationType(_Param):
+    """A duration (``90s``, ``3m``), at most ``at_most`` when given (a settings bound)."""
+
     name = "DURATION"
+
+    def __init__(self, at_most: timedelta | None = None) -> None:
+        self.at_most = at_most
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> timedelta:
         if isinstance(value, timedelta):
             return value
         try:
-            return parse_duration(str(value))
+            got = parse_duration(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+        if self.at_most is not None and got > self.at_most:
+            self.fail(f"got {value}; expected at most {self.at_most}", param, ctx)
+        return got
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class RefType(_Param):
+    """A job id, or ``<namespace>/<TrainJob>`` as Start returned it: a namespace (a DNS
+    label) and a name (a DNS subdomain) around one ``/``."""
+
+    name = "REF"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> dk.JobID | dk.ObjectRef:
+        if isinstance(value, dk.JobID | dk.ObjectRef):
+            return value
+        text = str(value)
+        if "/" not in text:
+            return JOB.convert(text, param, ctx)
+        ns, _, name = text.partition("/")
+        if not _DNS_LABEL.match(ns) or not _DNS_SUBDOMAIN.match(name):
+            self.fail(f"{text!r} is neither a job id nor <namespace>/<TrainJob> (a namespace, "
+                      "one '/', a TrainJob's name: what Start returned)", param, ctx)
+        return dk.ObjectRef(ns, name)
 
 
 class ActorType(_Param):

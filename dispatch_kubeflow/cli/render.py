@@ -1,4 +1,6 @@
-"""How the plugin prints: tables for people, plain data for ``-o json`` and ``-o yaml``."""
+"""How the plugin prints: tables for people (``-o wide`` with more columns, ``-A`` with the
+namespace first), plain data for ``-o json`` and ``-o yaml``, kubectl's
+``<resource>.<group>/<name>`` for ``-o name``."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from dispatch_kubeflow.model import CapabilityStatus, ObjectRef, Observation, St
 JOB_COLUMNS: tuple[tuple[str, int], ...] = (
     ("JOB", 26), ("SUB", 3), ("ATTEMPT", 7), ("STATE", 9), ("PODS", 5), ("A", 3), ("J", 3),
     ("HOLD", 4), ("UNTIL", 20), ("AGE", 5), ("CAUSE", 0))
+WIDE_COLUMNS: tuple[tuple[str, int], ...] = (("TRAINJOB", 32), ("EPOCH", 8))
+"""What ``-o wide`` adds before CAUSE: the TrainJob and the current execution's epoch."""
+NAME_PREFIX = "trainjob.trainer.kubeflow.org/"  # what kubectl get trainjob -o name prints
 
 
 def when(t: datetime | None) -> str:
@@ -50,16 +55,39 @@ def header(columns: Sequence[tuple[str, int]] = JOB_COLUMNS) -> str:
     return row([name for name, _ in columns], columns)
 
 
-def job_cells(j: JobInfo, now: datetime | None = None) -> list[str]:
+def job_columns(*, wide: bool = False, namespace_width: int = 0
+                ) -> tuple[tuple[str, int], ...]:
+    """The columns of the job table; a NAMESPACE column first when ``namespace_width``."""
+    cols = [*JOB_COLUMNS[:-1], *(WIDE_COLUMNS if wide else ()), JOB_COLUMNS[-1]]
+    return (("NAMESPACE", namespace_width),) * bool(namespace_width) + tuple(cols)
+
+
+def job_cells(j: JobInfo, now: datetime | None = None, *, wide: bool = False,
+              namespace: bool = False) -> list[str]:
     o = j.observation
-    return [str(j.job), str(j.submission), str(j.attempt), o.state.value,
-            f"{o.pods_running}/{o.pods}", str(o.admissions), str(o.restarts),
-            str(o.hold_instance) if o.hold_instance else "-", when(o.hold_until) or "-",
-            age(j.created, now), cause(o)]
+    cells = [str(j.job), str(j.submission), str(j.attempt), o.state.value,
+             f"{o.pods_running}/{o.pods}", str(o.admissions), str(o.restarts),
+             str(o.hold_instance) if o.hold_instance else "-", when(o.hold_until) or "-",
+             age(j.created, now), *((j.ref.name, epoch_of(j)) if wide else ()), cause(o)]
+    return [j.ref.namespace, *cells] if namespace else cells
 
 
-def job_table(jobs: Iterable[JobInfo], now: datetime | None = None) -> str:
-    return "\n".join([header(), *(row(job_cells(j, now)) for j in jobs)])
+def namespace_width(jobs: Iterable[JobInfo]) -> int:
+    return max([len("NAMESPACE"), *(len(j.ref.namespace) for j in jobs)])
+
+
+def job_table(jobs: Iterable[JobInfo], now: datetime | None = None, *, wide: bool = False,
+              all_namespaces: bool = False, headers: bool = True) -> str:
+    jobs = list(jobs)
+    cols = job_columns(wide=wide,
+                       namespace_width=namespace_width(jobs) if all_namespaces else 0)
+    lines = [header(cols)] if headers else []
+    lines += [row(job_cells(j, now, wide=wide, namespace=all_namespaces), cols) for j in jobs]
+    return "\n".join(lines)
+
+
+def job_name(j: JobInfo) -> str:
+    return NAME_PREFIX + j.ref.name
 
 
 def job_data(j: JobInfo) -> dict[str, Any]:
@@ -100,7 +128,8 @@ def event_row(e: JobEvent) -> str:
 def capability_table(caps: Mapping[Any, CapabilityStatus]) -> str:
     columns = (("CAPABILITY", 16), ("VALUE", 7), ("SOURCE", 11), ("REASON", 0))
     lines = [header(columns)]
-    lines += [row([str(c), s.value.value, s.source.value, s.reason], columns)
+    # A reason may span lines (a server's message): one row each, or the table breaks.
+    lines += [row([str(c), s.value.value, s.source.value, " ".join(s.reason.split())], columns)
               for c, s in caps.items()]
     return "\n".join(lines)
 
@@ -117,9 +146,14 @@ def identity(j: JobInfo) -> str:
     """The current execution's identity as its pods see it (A and J as observed)."""
     o = j.observation
     r = o.admissions + o.restarts
-    try:
-        ep = str(epoch(j.submission, r, j.attempt))
-    except ValueError:
-        ep = "?"
     return (f"A={o.admissions} J={o.restarts} R={r}  DISPATCH_ATTEMPT={j.job}.{j.submission}."
-            f"{j.attempt}.{o.admissions}.{o.restarts}  DISPATCH_EPOCH={ep}")
+            f"{j.attempt}.{o.admissions}.{o.restarts}  DISPATCH_EPOCH={epoch_of(j)}")
+
+
+def epoch_of(j: JobInfo) -> str:
+    """DISPATCH_EPOCH of the current execution (``?`` past the identity's bounds)."""
+    o = j.observation
+    try:
+        return str(epoch(j.submission, o.admissions + o.restarts, j.attempt))
+    except ValueError:
+        return "?"

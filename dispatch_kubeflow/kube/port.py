@@ -127,6 +127,9 @@ class KubeAPI(Protocol):
         ...
 
     async def open_pod_log(self, name: str, namespace: str, *, container: str | None = None,
-                           follow: bool = False, stream: str | None = None) -> ByteSource:
-        """A pod's log, answered (or its error raised) before this returns."""
+                           follow: bool = False, stream: str | None = None,
+                           tail_lines: int | None = None,
+                           since_seconds: int | None = None) -> ByteSource:
+        """A pod's log, answered (or its error raised) before this returns; ``tail_lines``
+        and ``since_seconds`` are the log endpoint's ``tailLines`` and ``sinceSeconds``."""
         ...

@@ -45,10 +45,13 @@ class LogStreams(Requests):
     """The log streams of the transport."""
 
     async def open_pod_log(self, name: str, namespace: str, *, container: str | None = None,
-                           follow: bool = False, stream: str | None = None) -> ByteStream:
+                           follow: bool = False, stream: str | None = None,
+                           tail_lines: int | None = None,
+                           since_seconds: int | None = None) -> ByteStream:
         """A pod's log as an open stream of chunks; the request is answered (or its error
         raised) before this returns. ``stream`` is Stdout / Stderr / All where the server
-        splits them.
+        splits them. ``tail_lines`` and ``since_seconds``: the server's ``tailLines`` and
+        ``sinceSeconds`` (only the last lines, only what was logged since).
 
         Reads have no total timeout (a followed log may run for days); a non-followed read
         fails when the server stays silent for the request timeout.
@@ -56,7 +59,8 @@ class LogStreams(Requests):
         resp = await self._send(
             "GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", stream=True,
             query={"container": container, "follow": "true" if follow else None,
-                   "stream": stream},
+                   "stream": stream, "tailLines": tail_lines,
+                   "sinceSeconds": since_seconds},
             timeout=stream_timeout(connect=self.request_timeout,
                                    sock_read=None if follow else self.request_timeout),
         )

@@ -172,6 +172,13 @@ async def test_every_command(lib: Backend, settings_file: Path, ns: str) -> None
     got = await kd(settings_file, "get")
     assert row_of(got.out, job).split()[3:7] == ["running", "2/2", "1", "0"]
 
+    wide = await kd(settings_file, "get", "-o", "wide", "--no-headers")
+    assert row_of(wide.out, job).split()[10:12] == [ref.name, "1000001"], wide.out
+    named = await kd(settings_file, "get", job, "-o", "name")
+    assert (named.rc, named.out) == (0, f"trainjob.trainer.kubeflow.org/{ref.name}\n")
+    every = await kd(settings_file, "get", "-A")
+    assert next(ln for ln in every.out.splitlines() if str(job) in ln).split()[:2] == [ns, job]
+
     described = await kd(settings_file, "describe", job)
     assert described.rc == 0, described
     for expected in (f"Job:         {job}", "  State:     running", "  Pods:      2 running of 2",
@@ -191,6 +198,9 @@ async def test_every_command(lib: Backend, settings_file: Path, ns: str) -> None
     assert "out-" not in err
     rank1 = await eventually(lambda: log_has("--rank", "1", marker="out-1"), 60, "rank 1")
     assert "DISPATCH_ATTEMPT" in rank1
+    tail = await kd(settings_file, "logs", job, "--tail", "1", "--since", "1h")
+    assert tail.rc == 0, tail
+    assert len(tail.out.splitlines()) == 1, tail
 
     follow = await interruptible("logs", job, "-f", "--settings", str(settings_file))
     assert follow.stdout is not None
@@ -208,8 +218,8 @@ async def test_every_command(lib: Backend, settings_file: Path, ns: str) -> None
 
     watcher = await interruptible("events", job, "-w", "--settings", str(settings_file))
     assert watcher.stdout is not None
-    held = await kd(settings_file, "hold", job, "--instance", "1", "--until", "1h",
-                    "--reason", "the cli test")
+    # No --instance: the plugin takes the next one (1: never held) and says it.
+    held = await kd(settings_file, "hold", job, "--until", "1h", "--reason", "the cli test")
     assert held.rc == 0, held
     assert held.out.startswith(f"held: TrainJob {ref.id}, instance 1, until ")
     # The pods' end is reported while following: the kubelet's Killing of a pod.
@@ -361,6 +371,32 @@ async def test_stop_interrupted_says_what_it_deleted(lib: Backend,
     assert f"deleted  TrainJob/{ref.name}" in listed, listed
     report = await lib.stop_job(job, "finish")
     assert report.complete
+
+
+async def test_without_a_settings_file_as_kubectl(lib: Backend, kubeconfig: str, ns: str,
+                                                 tmp_path: Path) -> None:
+    """The kubeconfig's context (here -n) says where; the job's TrainJob says Kueue mode;
+    what needs the preflight names probeRuntime."""
+    none = {"DISPATCH_KUBEFLOW_SETTINGS": "", "XDG_CONFIG_HOME": str(tmp_path)}
+    where = ["--kubeconfig", kubeconfig, "-n", ns]
+    job, ref = await started(lib)
+    await lib.open(ref)
+    await running_with_pods(lib, ref, 2)
+    got = await kd(None, "get", *where, env=none)
+    assert row_of(got.out, job).split()[3] == "running", got
+    held = await kd(None, "hold", job, "--reason", "no settings", *where, env=none)
+    assert held.out.strip() == f"held: TrainJob {ref.id}, instance 1", held
+    assert (await lib.wait(ref, ObjectState.HELD, timeout=120)).hold_instance == 1
+    again = await kd(None, "hold", job, "--reason", "again", *where, env=none)
+    assert again.rc == 1, again
+    assert "release that first" in again.err, again
+    refused = await kd(None, "release", job, "--instance", "1", *where, env=none)
+    assert refused.rc == 1, refused
+    assert refused.err.startswith("error: probeRuntime: "), refused
+    stopped = await kd(None, "stop", job, "--reason", "done", "--timeout", "2m", *where,
+                       env=none)
+    assert stopped.rc == 0, stopped
+    assert re.search(r"^stopped  Workload/", stopped.out, re.M), stopped.out
 
 
 # --- what a person sees: get -w in a terminal ----------------------------------------------------

@@ -291,6 +291,9 @@ class FakeKube(Observes):
         """(verb, resource) -> the reason access_review refuses it; the rest is allowed."""
         self.logs: dict[tuple[str, str, str | None], builtins.list[bytes]] = {}
         """(namespace, pod, stream or None) -> the log's chunks."""
+        self.log_asked: builtins.list[dict[str, Any]] = []
+        """The options of every open_pod_log (sinceSeconds is recorded, not applied: the
+        fake keeps no time per line)."""
         self.changes: builtins.list[_Change] = []
         self._changes_of: dict[str, builtins.list[_Change]] = {}
         """The same history by plural, in rv order: a watch reads only its kind's."""
@@ -614,15 +617,22 @@ class FakeKube(Observes):
         return (False, why) if why is not None else (True, "")
 
     async def open_pod_log(self, name: str, namespace: str, *, container: str | None = None,
-                           follow: bool = False, stream: str | None = None) -> FakeLog:
+                           follow: bool = False, stream: str | None = None,
+                           tail_lines: int | None = None,
+                           since_seconds: int | None = None) -> FakeLog:
         await self._enter("log", POD, name)
         self._existing(POD, name, namespace)
+        self.log_asked.append({"follow": follow, "stream": stream, "tail_lines": tail_lines,
+                               "since_seconds": since_seconds})
         chunks = self.logs.get((namespace, name, stream))
         if chunks is None and stream is not None:
             raise status_error(422, "Invalid", f'PodLogOptions "{name}" is invalid: stream: '
                                "Forbidden: may not be specified", POD, name,
                                [{"reason": "FieldValueForbidden", "field": "stream",
                                  "message": "Forbidden: may not be specified"}])
+        if tail_lines is not None and chunks:  # as the kubelet: the last lines, whole
+            lines = b"".join(chunks).splitlines(keepends=True)
+            chunks = [b"".join(lines[-tail_lines:])] if tail_lines else []
         return FakeLog(list(chunks or []))
 
 

@@ -62,7 +62,7 @@ async def secret_data(k: FakeKube) -> dict[str, str] | None:
     return None if s is None else dict(s["data"])
 
 
-async def until(probe: object, limit: float = 5.0) -> None:
+async def until(probe: object, limit: float = 20.0) -> None:
     for _ in range(int(limit / 0.01)):
         if await probe():  # type: ignore[operator]
             return
