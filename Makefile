@@ -62,10 +62,17 @@ cluster-up: venv
 cluster-down:
 	deploy/local/down.sh $(CLUSTER)
 
+## docs: check the generated pages (the configuration reference, the kubectl captures, the
+## figures of docs/data/, whose plots it draws), fetch the pinned Mermaid from the npm
+## registry (once, into the cache), build the site, then load a page of it in headless
+## Chromium and check that its diagram was drawn (tests/docs; a few seconds).
 docs: venv
 	$(PY) docs/gen_config_reference.py --check
 	$(PY) docs/capture_kubectl.py --check
+	$(PY) docs/gen_figures.py --check
+	$(PY) docs/fetch_mermaid.py
 	$(VENV)/bin/mkdocs build --strict
+	$(PY) -m pytest tests/docs
 
 ## bench: the local cluster's numbers (its own cluster), then the adapter's and the scale
 ## benchmark's against $$KUBECONFIG (a running cluster with the admission controller; for

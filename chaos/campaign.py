@@ -1,6 +1,7 @@
 """A campaign's table: the records of many runs (``runs.jsonl`` files), summed up.
 
     python -m chaos.campaign chaos-results/runs.jsonl [more/runs.jsonl ...]
+    python -m chaos.campaign --json chaos-results/runs.jsonl   # the same figures as JSON
 
 Prints the runs (how many, seeds, the runner's commits, total and median duration), the
 faults injected and the operations made, by kind, and each property's verdicts: passed,
@@ -88,13 +89,53 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The figures :func:`table` prints, as data: docs/data/campaigns.json holds them and
+    docs/gen_figures.py draws the docs' tables and plots from them. Faults are
+    ``[injected, its tool failed]``, verdicts ``[passed, failed, not judged]``, keyed by the
+    checker's keys."""
+    durations = [float(r["duration_s"]) for r in runs] or [0.0]
+    faults: Counter[str] = Counter()
+    ops: Counter[str] = Counter()
+    failed_faults: Counter[str] = Counter()
+    for r in runs:
+        faults.update(r.get("faults") or {})
+        ops.update(r.get("ops") or {})
+        failed_faults.update((r.get("faults_failed") or {}).keys())
+    verdicts: dict[str, list[int]] = {}
+    for p in PROPERTIES:
+        vs = [r["verdicts"].get(p) for r in runs]
+        verdicts[p] = [sum(v is True for v in vs), sum(v is False for v in vs),
+                       sum(v is None for v in vs)]
+    bad = [r for r in runs if r.get("error") or not r.get("ok")]
+    empty = [r for r in runs if r not in bad and not r.get("executions")]
+    return {
+        "runs": len(runs),
+        "seeds": _seeds([int(r["seed"]) for r in runs]),
+        "runner_commits": sorted({r.get("runner") or "?" for r in runs}),
+        "hours": round(sum(durations) / 3600, 2),
+        "median_s": round(statistics.median(durations)),
+        "longest_s": round(max(durations)),
+        "executions": sum(int(r.get("executions") or 0) for r in runs),
+        "ledger_lines": sum(int(r.get("ledger_lines") or 0) for r in runs),
+        "faults": {k: [v, failed_faults.get(k, 0)] for k, v in sorted(faults.items())},
+        "ops": dict(sorted(ops.items())),
+        "verdicts": verdicts,
+        "bad": [f"seed {r['seed']}: {r.get('error') or '; '.join(r.get('violations') or [])}"
+                [:300] for r in bad],
+        "empty_seeds": sorted(int(r["seed"]) for r in empty),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chaos.campaign", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", type=Path, nargs="+", help="runs.jsonl files of the runner")
+    ap.add_argument("--json", action="store_true",
+                    help="print the figures as JSON (summary()), not as tables")
     a = ap.parse_args(argv)
     runs = load(a.runs)
-    print(table(runs))
+    print(json.dumps(summary(runs), indent=1) if a.json else table(runs))
     return 0 if runs and all(r.get("ok") and not r.get("error") for r in runs) else 1
 
 
