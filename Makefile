@@ -65,13 +65,15 @@ cluster-down:
 ## docs: check the generated pages (the configuration reference, the kubectl captures, the
 ## figures of docs/data/, whose plots it draws), fetch the pinned Mermaid from the npm
 ## registry (once, into the cache), build the site, then load a page of it in headless
-## Chromium and check that its diagram was drawn (tests/docs; a few seconds).
+## Chromium and check that its diagram was drawn (tests/docs; a few seconds). The API
+## reference's built page must hold no raw Sphinx role (:meth: ...): docs/check_rendered.py.
 docs: venv
 	$(PY) docs/gen_config_reference.py --check
 	$(PY) docs/capture_kubectl.py --check
 	$(PY) docs/gen_figures.py --check
 	$(PY) docs/fetch_mermaid.py
 	$(VENV)/bin/mkdocs build --strict
+	$(PY) docs/check_rendered.py
 	$(PY) -m pytest tests/docs
 
 ## bench: the local cluster's numbers (its own cluster), then the adapter's and the scale

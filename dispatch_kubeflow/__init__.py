@@ -9,11 +9,11 @@ release, read their output and stop them; list a namespace's jobs and read their
         ref = await backend.start(StartRequest(job, 1, 1, spec))
         await backend.open(ref)
 
-Everything a caller needs is importable from here; :mod:`dispatch_kubeflow.errors` holds
-the error tree.
+Everything a caller needs is importable from here; `dispatch_kubeflow.errors` holds
+the error tree. The API reference (docs/reference/api.md) documents each name.
 
 The names are loaded on first use (PEP 562), so that importing a part of the package, such
-as :mod:`dispatch_kubeflow.core` and :mod:`dispatch_kubeflow.kube` (all the admission
+as `dispatch_kubeflow.core` and `dispatch_kubeflow.kube` (all the admission
 controller uses), does not load the rest of the library.
 """
 

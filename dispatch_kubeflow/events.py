@@ -3,7 +3,7 @@
 Every object of a job is named after its TrainJob ``dj-<job id>-s<submission>``: the
 TrainJob, its runtime copy and JobSet carry the name itself, Kueue's Workload is
 ``trainjob-<name>-<hash>``, the Jobs ``<name>-<replicated job>-<index>`` and the pods
-``<job>-<index>-<suffix>``. So :func:`job_events` lists the namespace's Events once
+``<job>-<index>-<suffix>``. So `job_events` lists the namespace's Events once
 (``events.k8s.io/v1``) and keeps those whose ``regarding`` object carries that name —
 including Events of pods of earlier executions that are gone. That takes in what
 Kubernetes itself reports (scheduling, pulls, starts, kills), Kueue (quota, admission,
@@ -44,6 +44,17 @@ class JobEvent:
     (``Scheduled``, ``AdmissionCountRaised``, ``StopJob``, ...); ``note`` the message for
     people; ``regarding`` the object it is about; ``reporter`` who recorded it (a
     controller name or component); ``count`` how many times it was seen.
+
+    What [Backend.events][dispatch_kubeflow.Backend.events] yields.
+
+    Attributes:
+        time: When it was last seen (timezone-aware).
+        type: ``Normal`` or ``Warning``.
+        reason: The machine-readable word.
+        note: The message for people.
+        regarding: The object it is about.
+        reporter: Who recorded it ("" when the Event does not say).
+        count: How many times it was seen.
     """
 
     time: datetime

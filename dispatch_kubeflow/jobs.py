@@ -5,11 +5,11 @@ A dispatch job's submission is one TrainJob (``dj-<job id>-s<submission>``) labe
 lists the namespace once per kind — the TrainJobs by that label, the pods by
 ``jobset.sigs.k8s.io/jobset-name``, and in Kueue mode the Workloads by
 ``kueue.x-k8s.io/job-uid`` — and applies Inspect's table
-(:func:`dispatch_kubeflow.state.observe_listed`) to each TrainJob, so listing costs three
-requests however many jobs there are. :func:`watch_jobs` keeps the same three lists
+(`dispatch_kubeflow.state.observe_listed`) to each TrainJob, so listing costs three
+requests however many jobs there are. `watch_jobs` keeps the same three lists
 current with one watch each and yields a new listing whenever one changes.
 
-Listing only reads. In plain mode :meth:`Backend.inspect` releases an expired hold on the
+Listing only reads. In plain mode `Backend.wait` releases an expired hold on the
 way; a listing does not, so it may show such a job ``held`` until the next Inspect.
 """
 
@@ -40,8 +40,15 @@ Obj = dict[str, Any]
 class JobInfo:
     """One submission of a dispatch job, as listed: who it is, and its state.
 
-    ``ref`` is the TrainJob's reference (what Start returned), ``observation`` what
-    :meth:`Backend.inspect` would return, ``created`` the TrainJob's creation time.
+    What [Backend.jobs][dispatch_kubeflow.Backend.jobs] lists.
+
+    Attributes:
+        job: The job's id.
+        submission: The submission (the TrainJob's).
+        attempt: The attempt the TrainJob was started for.
+        observation: What [Backend.inspect][dispatch_kubeflow.Backend.inspect] would return.
+        ref: The TrainJob's reference (what Start returned).
+        created: The TrainJob's creation time (None when the server gave none).
     """
 
     job: JobID

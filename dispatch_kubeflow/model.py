@@ -1,9 +1,9 @@
 """The backend-neutral dispatch model: what a caller hands a backend and gets back.
 
-Every type here is a frozen dataclass (or an enum, or :class:`JobID`, a validated ``str``),
+Every type here is a frozen dataclass (or an enum, or `JobID`, a validated ``str``),
 so values can be shared between tasks and used as keys. Nothing here talks to Kubernetes;
-backend-specific rules (for example that the Kubeflow backend needs an :class:`Image` and a
-:class:`RuntimeRef`) are checked by the backend before it writes anything.
+backend-specific rules (for example that the Kubeflow backend needs an `Image` and a
+`RuntimeRef`) are checked by the backend before it writes anything.
 """
 
 from __future__ import annotations
@@ -35,7 +35,13 @@ class JobID(str):
     80 random bits, so ids sort by creation time as plain strings. Object names carry the
     id in lower case (Kubernetes names must be lower case); labels carry it as given.
     ``JobID("01j...")`` accepts either case and normalises to upper case; anything else
-    raises :class:`~dispatch_kubeflow.errors.SpecError`.
+    raises [SpecError][dispatch_kubeflow.SpecError]. Make a new one with
+    [new][dispatch_kubeflow.JobID.new]. ``JobID(value)`` takes a job id's text in either
+    case (surrounding blanks are dropped), or a JobID (returned as it is).
+
+    Raises:
+        SpecError: ``value`` is not a string, or not 26 Crockford base32 characters whose
+            first is 0-7 (``field`` is ``job``).
     """
 
     __slots__ = ()
@@ -57,7 +63,19 @@ class JobID(str):
 
     @classmethod
     def new(cls, at: datetime | None = None, entropy: bytes | None = None) -> JobID:
-        """A new id for time ``at`` (default now) and 10 bytes of ``entropy`` (default random)."""
+        """A new id for time ``at`` (default now) and 10 bytes of ``entropy`` (default random).
+
+        Args:
+            at: The creation time the id carries (timezone-aware); None: now.
+            entropy: Exactly 10 bytes for the random part; None: from ``os.urandom``.
+
+        Returns:
+            The new id.
+
+        Raises:
+            SpecError: ``at`` has no time zone or is outside what 48 bits of milliseconds
+                hold, or ``entropy`` is not 10 bytes (``field`` names the parameter).
+        """
         when = at or datetime.now(UTC)
         if when.tzinfo is None:
             raise SpecError("at: a job id's time must be timezone-aware", field="at")
@@ -97,20 +115,34 @@ class Extension:
 
 @dataclass(frozen=True, slots=True)
 class Image(Extension):
-    """The container image to run; ``pull_policy`` (Always, IfNotPresent, Never) optional."""
+    """The container image to run; ``pull_policy`` (Always, IfNotPresent, Never) optional.
+
+    Attributes:
+        ref: The image reference (``registry/image:tag``), without blanks.
+        pull_policy: ``Always``, ``IfNotPresent`` or ``Never``; None: the cluster's default.
+    """
 
     ref: str
     pull_policy: str | None = None
 
 
 KIND_CLUSTER_TRAINING_RUNTIME = "ClusterTrainingRuntime"
+"""[RuntimeRef][dispatch_kubeflow.RuntimeRef]'s ``kind`` for a cluster-wide runtime."""
 KIND_TRAINING_RUNTIME = "TrainingRuntime"
+"""[RuntimeRef][dispatch_kubeflow.RuntimeRef]'s ``kind`` for a runtime in the backend's
+namespace."""
 
 
 @dataclass(frozen=True, slots=True)
 class RuntimeRef(Extension):
     """Which Kubeflow Trainer runtime to run on: a ClusterTrainingRuntime or a
-    TrainingRuntime in the backend's namespace, named ``runtime``."""
+    TrainingRuntime in the backend's namespace, named ``runtime``.
+
+    Attributes:
+        kind: [KIND_CLUSTER_TRAINING_RUNTIME][dispatch_kubeflow.KIND_CLUSTER_TRAINING_RUNTIME]
+            or [KIND_TRAINING_RUNTIME][dispatch_kubeflow.KIND_TRAINING_RUNTIME].
+        runtime: The runtime's name.
+    """
 
     kind: str
     runtime: str
@@ -123,8 +155,16 @@ E = TypeVar("E", bound=Extension)
 class JobSpec:
     """What to run: a command on ``nodes`` nodes, plus typed extensions.
 
-    Construction only normalises (sequences become tuples); :meth:`validate` and the
-    backend's Start check the values, before anything is written.
+    Construction only normalises (sequences become tuples);
+    [validate][dispatch_kubeflow.JobSpec.validate] and the backend's Start check the values,
+    before anything is written.
+
+    Args:
+        command: The program and its arguments (a lone string is one program, no
+            arguments).
+        nodes: How many nodes (ranks) run it, 1 or more.
+        extensions: Typed extensions, at most one of each type (the Kubeflow backend needs
+            an [Image][dispatch_kubeflow.Image] and a [RuntimeRef][dispatch_kubeflow.RuntimeRef]).
     """
 
     command: tuple[str, ...]
@@ -139,14 +179,28 @@ class JobSpec:
         object.__setattr__(self, "extensions", tuple(extensions))
 
     def extension(self, kind: type[E]) -> E | None:
-        """The extension of this type, or None."""
+        """The extension of this type, or None.
+
+        Args:
+            kind: The extension's type (``Image``, ``RuntimeRef``).
+
+        Returns:
+            The spec's extension of that type, or None when it has none.
+        """
         for ext in self.extensions:
             if isinstance(ext, kind):
                 return ext
         return None
 
     def validate(self) -> None:
-        """Raise SpecError naming the field when the spec cannot be run anywhere."""
+        """Raise SpecError naming the field when the spec cannot be run anywhere.
+
+        Raises:
+            SpecError: No command, a part that is not a string, an empty program, ``nodes``
+                not an integer from 1 to 2**31 - 1, an extension that is not an
+                [Extension][dispatch_kubeflow.Extension] or two of one type (``field`` is
+                ``spec.command``, ``spec.nodes``, ...).
+        """
         if not self.command:
             raise SpecError("spec.command: must name a program to run", field="spec.command")
         for i, part in enumerate(self.command):
@@ -179,7 +233,19 @@ MAX_NODES = 2**31 - 1
 
 @dataclass(frozen=True, slots=True)
 class StartRequest:
-    """Start ``spec`` as attempt ``attempt`` of submission ``submission`` of ``job``."""
+    """Start ``spec`` as attempt ``attempt`` of submission ``submission`` of ``job``.
+
+    What [Backend.start][dispatch_kubeflow.Backend.start] takes. The TrainJob is named
+    after the job and submission (``dj-<job id>-s<submission>``); the attempt is part of
+    every pod's execution identity (``DISPATCH_ATTEMPT``, ``DISPATCH_EPOCH``).
+
+    Attributes:
+        job: The job's id.
+        submission: The submission, 1 or more: each is a TrainJob of its own.
+        attempt: The attempt of the submission, from 1 to 100 (each owns a range of
+            ``DISPATCH_EPOCH``).
+        spec: What to run.
+    """
 
     job: JobID
     submission: int
@@ -187,7 +253,12 @@ class StartRequest:
     spec: JobSpec
 
     def validate(self) -> None:
-        """Raise SpecError naming the field; the spec is validated too."""
+        """Raise SpecError naming the field; the spec is validated too.
+
+        Raises:
+            SpecError: ``job`` is not a job id, ``submission`` or ``attempt`` is not an
+                integer of at least 1, ``attempt`` is above 100, or the spec is invalid.
+        """
         if not isinstance(self.job, JobID):
             as_job_id(self.job)
         for name in ("submission", "attempt"):
@@ -209,7 +280,18 @@ class StartRequest:
 
 @dataclass(frozen=True, slots=True)
 class ObjectRef:
-    """A Kubernetes object of a job: ``id`` is ``<namespace>/<name>`` (or ``<name>``)."""
+    """A Kubernetes object of a job: ``id`` is ``<namespace>/<name>`` (or ``<name>``).
+
+    [Backend.start][dispatch_kubeflow.Backend.start] returns the TrainJob's; the calls on
+    one submission take it, or its ``id``.
+
+    Attributes:
+        namespace: The object's namespace ("" for a cluster-scoped object).
+        name: The object's name.
+        kind: Its kind (``TrainJob``, ``Workload``, ``JobSet``, ``Job``, ``Pod``, ...).
+        api_version: Its API version, when known.
+        uid: Its UID, when known: a wait follows that object, not a newer one of the name.
+    """
 
     namespace: str
     name: str
@@ -219,11 +301,23 @@ class ObjectRef:
 
     @property
     def id(self) -> str:
+        """``<namespace>/<name>``, or ``<name>`` without a namespace."""
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
     @classmethod
     def parse(cls, ref_id: str, kind: str = "TrainJob") -> ObjectRef:
-        """From an ``id`` as returned by Start (``<namespace>/<name>``)."""
+        """From an ``id`` as returned by Start (``<namespace>/<name>``).
+
+        Args:
+            ref_id: ``<namespace>/<name>``.
+            kind: The object's kind.
+
+        Returns:
+            The reference (no API version or UID).
+
+        Raises:
+            SpecError: ``ref_id`` is not ``<namespace>/<name>`` (``field`` is ``ref``).
+        """
         ns, sep, name = ref_id.rpartition("/")
         if not sep or not ns or not name:
             raise SpecError(f"ref: {ref_id!r} is not <namespace>/<name>", field="ref")
@@ -234,22 +328,41 @@ class ObjectRef:
 
 
 class ObjectState(StrEnum):
-    """Where a started job's object is; see :mod:`dispatch_kubeflow.state` for the table."""
+    """Where a started job's object is; docs/states.md has the table that decides it.
+
+    A ``str``: each state compares equal to its text (``"running"``).
+    """
 
     GATED = "gated"
+    """Closed by dispatch's start gate (not yet opened): no admission, no pod."""
     QUEUED = "queued"
+    """Open and waiting for Kueue: no Workload yet, evicted, or waiting for quota."""
     ADMITTING = "admitting"
+    """Quota reserved, waiting for the admission checks (dispatch's readmission gate), or
+    admitted with the TrainJob still suspended."""
     RUNNING = "running"
+    """Admitted (Kueue) or not suspended (plain): an execution runs or its pods start;
+    ``pods_running`` tells which."""
     HOLDING = "holding"
+    """Held (by dispatch or deactivated by someone else), and pods still exist."""
     HELD = "held"
+    """Held, and no pod is left."""
     SUCCEEDED = "succeeded"
+    """The TrainJob is ``Complete``."""
     FAILED = "failed"
+    """The TrainJob is ``Failed``: the Observation's cause says why."""
     GONE = "gone"
+    """No TrainJob, or it is being deleted."""
 
 
 @dataclass(frozen=True, slots=True)
 class Cause:
-    """Why the object is in its state. ``detail`` is for people ("" when nothing to add)."""
+    """Why the object is in its state. ``detail`` is for people ("" when nothing to add).
+
+    Attributes:
+        detail: What happened, for people (a condition's message).
+        reason: The machine-readable word (a condition's reason), "" when none.
+    """
 
     detail: str = ""
     reason: str = ""
@@ -264,6 +377,16 @@ class Observation:
     ``pods_running`` those of them in phase Running. A job that Kueue admitted is
     ``running`` from then on, so ``pods_running`` tells an execution whose pods are still
     starting (0) from one that runs.
+
+    Attributes:
+        state: The job's state.
+        cause: Why it is in that state.
+        hold_instance: The instance of dispatch's hold (0: not held by dispatch).
+        hold_until: When dispatch's hold expires (None: never, or not held).
+        admissions: A, the admission count of the TrainJob.
+        restarts: J, JobSet's restart count of the newest pod.
+        pods: How many pods of the job still exist.
+        pods_running: How many of them are in phase Running.
     """
 
     state: ObjectState
@@ -293,12 +416,19 @@ class Capability(StrEnum):
 
 
 class CapabilityValue(StrEnum):
+    """What the preflight found of a capability."""
+
     YES = "yes"
+    """Proven (or given by the mode)."""
     NO = "no"
+    """Missing: the backend is observe-only."""
     UNKNOWN = "unknown"
+    """Not proven either way (the probe failed, or was not run): observe-only too."""
 
 
 class CapabilitySource(StrEnum):
+    """How the preflight came to a capability's value."""
+
     PROBED = "probed"
     """Proven against the live cluster by the preflight."""
     MODE = "mode"
@@ -309,12 +439,21 @@ class CapabilitySource(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CapabilityStatus:
+    """One capability as the preflight found it (see docs/preflight.md).
+
+    Attributes:
+        value: Yes, no or unknown.
+        source: How it was found.
+        reason: Why, for people (what the probe saw, or what is missing).
+    """
+
     value: CapabilityValue
     source: CapabilitySource
     reason: str
 
     @property
     def ok(self) -> bool:
+        """Whether the value is yes."""
         return self.value is CapabilityValue.YES
 
 
@@ -322,14 +461,24 @@ class CapabilityStatus:
 
 
 class ActorKind(StrEnum):
+    """What kind of actor holds a job."""
+
     HUMAN = "human"
+    """A person."""
     SERVICE = "service"
+    """A service (such as the one that dispatches the jobs)."""
     SYSTEM = "system"
+    """The system itself (a controller, a scheduler)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Actor:
-    """Who asked: recorded as ``<kind>:<id>`` in the hold-who annotation."""
+    """Who asked: recorded as ``<kind>:<id>`` in the hold-who annotation.
+
+    Attributes:
+        kind: A human, a service or the system.
+        id: Who, within the kind (not empty).
+    """
 
     kind: ActorKind
     id: str
@@ -347,7 +496,15 @@ def _aware(when: datetime | None, field: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class CallMeta:
-    """Per-call metadata: ``deadline`` (timezone-aware) bounds this call alone."""
+    """Per-call metadata: ``deadline`` (timezone-aware) bounds this call alone.
+
+    Attributes:
+        deadline: When the call gives up with
+            [DeadlineExceeded][dispatch_kubeflow.DeadlineExceeded]; None: no bound of its own.
+
+    Raises:
+        SpecError: ``deadline`` has no time zone (``field`` is ``call.deadline``).
+    """
 
     deadline: datetime | None = None
 
@@ -364,12 +521,27 @@ class ReleaseOutcome(StrEnum):
     """
 
     RELEASED = "released"
+    """This call removed the hold."""
     NOT_HELD = "not-held"
+    """The job was not held: nothing changed."""
 
 
 @dataclass(frozen=True, slots=True)
 class HoldMeta:
-    """A hold (or its release): ``instance`` names the hold; a release must name the same."""
+    """A hold (or its release): ``instance`` names the hold; a release must name the same.
+
+    Attributes:
+        instance: Which hold, 1 or more; choose one not in use (a hold of another instance
+            is a [HoldError][dispatch_kubeflow.HoldError]).
+        by: Who holds.
+        call: This call's metadata (its deadline).
+        until: When the hold expires and the job may run again (timezone-aware); None:
+            never.
+        reason: Why, for people (recorded in the hold-reason annotation).
+
+    Raises:
+        SpecError: ``until`` or ``call.deadline`` has no time zone (``field`` names it).
+    """
 
     instance: int
     by: Actor
@@ -382,6 +554,7 @@ class HoldMeta:
 
     @property
     def deadline(self) -> datetime | None:
+        """The call's deadline (``call.deadline``)."""
         return self.call.deadline
 
 
@@ -395,6 +568,11 @@ class StopReport:
     ``stopped``: deleted, and it and every pod beneath it are gone. ``alive``: still there
     when ``timeouts.stopJob`` passed. ``unproven``: deleted (or asked to be), but whether
     it is gone could not be checked (for example the API server refused the read).
+
+    Attributes:
+        stopped: Deleted, and gone with every pod beneath it.
+        alive: Still there when ``timeouts.stopJob`` passed.
+        unproven: Deleted (or asked to be), but not proven gone.
     """
 
     stopped: tuple[ObjectRef, ...] = ()
@@ -403,6 +581,7 @@ class StopReport:
 
     @property
     def complete(self) -> bool:
+        """Whether everything is proven gone (nothing alive, nothing unproven)."""
         return not self.alive and not self.unproven
 
 
@@ -410,8 +589,11 @@ class OutputStream(StrEnum):
     """Which of a container's streams to read (the pod log endpoint's ``stream`` values)."""
 
     STDOUT = "Stdout"
+    """Standard output (alone only with the server's ``PodLogsQuerySplitStreams``)."""
     STDERR = "Stderr"
+    """Standard error (needs ``PodLogsQuerySplitStreams``)."""
     ALL = "All"
+    """Both, interleaved as the kubelet keeps them."""
 
 
 SettingsSection = bytes | str | Mapping[str, Any]
@@ -420,7 +602,16 @@ SettingsSection = bytes | str | Mapping[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class AdapterConfig:
-    """Which backend to open, and its settings section (JSON text, bytes or a mapping)."""
+    """Which backend to open, and its settings section (JSON text, bytes or a mapping).
+
+    What [open_backend][dispatch_kubeflow.open_backend] takes:
+    ``AdapterConfig("kubeflow", settings_json)``.
+
+    Attributes:
+        backend: The registered name (``"kubeflow"``).
+        settings: The backend's settings section: JSON text, bytes, or a decoded mapping
+            (see the configuration reference).
+    """
 
     backend: str
     settings: SettingsSection = field(default_factory=dict)

@@ -18,7 +18,16 @@ T = TypeVar("T", bound=AbstractAsyncContextManager[Any])
 class Opening(Generic[T]):
     """The opening of a ``T`` that has not happened yet: ``await`` it for the ``T``, or
     ``async with`` it to have the ``T`` closed at the end of the block. Opened once, when
-    first awaited or entered."""
+    first awaited or entered.
+
+    What [open_backend][dispatch_kubeflow.open_backend],
+    [Backend.connect][dispatch_kubeflow.Backend.connect] and
+    [Backend.output][dispatch_kubeflow.Backend.output] return. The errors of the opening
+    are raised when it is awaited or entered.
+
+    Raises:
+        RuntimeError: It is awaited or entered a second time.
+    """
 
     __slots__ = ("_open", "_opened")
 

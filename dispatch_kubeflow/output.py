@@ -12,7 +12,7 @@ STDERR are asked for with the log endpoint's ``stream`` parameter, which the API
 honours only with its feature gate ``PodLogsQuerySplitStreams`` on. When the server
 refuses the parameter, STDOUT falls back to the combined log and the stream says so
 (``LogStream.split`` is False, and a warning is logged); STDERR raises
-:class:`~dispatch_kubeflow.errors.UnsupportedError`, since it cannot be told apart.
+`dispatch_kubeflow.errors.UnsupportedError`, since it cannot be told apart.
 
 ``tail_lines`` keeps only the log's last lines and ``since`` only what was logged in that
 long before now (the log endpoint's ``tailLines`` and ``sinceSeconds``; the server counts
@@ -44,7 +44,18 @@ log = logging.getLogger(__name__)
 
 
 class LogStream:
-    """An async iterator of log chunks; close it (or use ``async with``) when done."""
+    """An async iterator of log chunks; close it (or use ``async with``) when done.
+
+    What [Backend.output][dispatch_kubeflow.Backend.output] opens:
+    ``async for chunk in log:`` gives the log's bytes as the kubelet sends them (with
+    ``follow``, until the container ends), or [read][dispatch_kubeflow.LogStream.read]
+    takes it all.
+
+    Raises:
+        KubeError: While iterating: the log's stream broke off
+            ([KubeStreamBroken][dispatch_kubeflow.errors.KubeStreamBroken]) or the server
+            refused it.
+    """
 
     def __init__(self, body: ByteSource, *, pod: str, stream: OutputStream, split: bool) -> None:
         self._body = body
@@ -59,11 +70,19 @@ class LogStream:
         return self._body.__aiter__()
 
     async def read(self) -> bytes:
-        """Everything until the end (with follow, until the container ends)."""
+        """Everything until the end (with follow, until the container ends).
+
+        Returns:
+            The log's bytes.
+
+        Raises:
+            KubeError: The stream broke off or the server refused it.
+        """
         parts = [chunk async for chunk in self]
         return b"".join(parts)
 
     async def aclose(self) -> None:
+        """Close the stream (its HTTP response); idempotent."""
         await self._body.aclose()
 
     async def __aenter__(self) -> LogStream:
@@ -132,9 +151,9 @@ async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
     """Open rank ``rank``'s log of the current execution of ``job``; ``tail_lines``: only its
     last lines (0 or more), ``since``: only what was logged in that long before now.
 
-    Raises :class:`~dispatch_kubeflow.errors.SpecError` for a bad rank, tail or since.
+    Raises `dispatch_kubeflow.errors.SpecError` for a bad rank, tail or since.
 
-    Raises :class:`~dispatch_kubeflow.errors.NotFound` when the job has no pod of that rank,
+    Raises `dispatch_kubeflow.errors.NotFound` when the job has no pod of that rank,
     or its pod has not started yet (no node: dispatch's start gate holds it, or the
     scheduler has no room): ask again once it runs."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:

@@ -13,7 +13,7 @@ The keys are the seed's, camelCase::
     }
 
 ``kueue`` absent means plain mode (no Kueue: the TrainJob's ``spec.suspend`` is the gate).
-Unknown keys are refused. Every problem raises :class:`~dispatch_kubeflow.errors.SettingsError`
+Unknown keys are refused. Every problem raises `dispatch_kubeflow.errors.SettingsError`
 whose ``field`` is the dotted key (``timeouts.stopJob``) and whose message says what the key
 accepts.
 """
@@ -224,7 +224,18 @@ class Settings(_Section):
 
     @classmethod
     def parse(cls, raw: bytes | str | Mapping[str, Any] | Settings) -> Settings:
-        """Validate a settings section (JSON text or an already decoded mapping)."""
+        """Validate a settings section (JSON text or an already decoded mapping).
+
+        Args:
+            raw: JSON text or bytes, a decoded mapping, or Settings (returned as they are).
+
+        Returns:
+            The validated settings, with defaults filled in.
+
+        Raises:
+            SettingsError: Not JSON, not an object, an unknown key, a missing or invalid
+                value (``field`` names the first key at fault, ``problems`` lists them all).
+        """
         if isinstance(raw, Settings):
             return raw
         data: Any

@@ -17,9 +17,13 @@ class Options:
     """What to run against. ``namespace`` None: a fresh ``dk-conformance-<random>``."""
 
     kubeconfig: str | None = None
+    """The kubeconfig file (None: ``$KUBECONFIG`` or ``~/.kube/config``)."""
     context: str | None = None
+    """The kubeconfig's context (None: its current one)."""
     namespace: str | None = None
+    """The namespace to make and use (None: a fresh ``dk-conformance-<random>``)."""
     keep_going: bool = False
+    """Run every check even after one failed (False: the rest are skipped)."""
     runtime: str = RUNTIME
     """The ClusterTrainingRuntime the job and the preflight probe run on."""
     image: str = IMAGE
@@ -27,6 +31,7 @@ class Options:
     flavor: str = FLAVOR
     """The ResourceFlavor of the suite's ClusterQueue."""
     admission_check: str = names.ADMISSION_CHECK
+    """The AdmissionCheck the suite's ClusterQueue lists (dispatch's admission controller)."""
     linger: int = 8
     """Seconds the job's pods keep running after SIGTERM (at most 25: grace is 30 s)."""
     quiet: float = 5.0

@@ -23,12 +23,17 @@ class CheckResult:
     """One check's outcome: ``passed`` None when it was not run."""
 
     name: str
+    """The check's name (``preflight``, ``start-gated``, ...)."""
     passed: bool | None
+    """True: passed; False: failed; None: not run."""
     detail: str
+    """What it saw, or why it failed or was not run."""
     seconds: float = 0.0
+    """How long it took."""
 
     @property
     def line(self) -> str:
+        """``PASS <check>: <detail>`` (``FAIL``, ``SKIP``), as the command prints it."""
         word = {True: "PASS", False: "FAIL", None: "SKIP"}[self.passed]
         return f"{word} {self.name}: {self.detail}"
 
@@ -38,31 +43,39 @@ class Summary:
     """Every check's result and what cleaning up could not do."""
 
     results: tuple[CheckResult, ...]
+    """Every check's result, in the order they run."""
     cleanup_problems: tuple[str, ...] = ()
+    """What cleaning up could not remove (each counts as a failure)."""
     namespace: str = ""
+    """The namespace the suite used."""
     setup: str = ""
     """Why the suite could not be set up (the cluster unreachable, a prerequisite missing):
     then no check ran."""
 
     @property
     def passed(self) -> int:
+        """How many checks passed."""
         return sum(1 for c in self.results if c.passed is True)
 
     @property
     def failed(self) -> int:
+        """How many checks failed, plus the clean-up's problems."""
         return sum(1 for c in self.results if c.passed is False) + len(self.cleanup_problems)
 
     @property
     def not_run(self) -> int:
+        """How many checks were not run."""
         return sum(1 for c in self.results if c.passed is None)
 
     @property
     def ok(self) -> bool:
+        """Whether the suite was set up, every check passed and the clean-up had no problem."""
         return (not self.setup and self.failed == 0 and self.not_run == 0
                 and self.passed == len(all_checks()))
 
     @property
     def line(self) -> str:
+        """The closing line: ``N passed, N failed`` (and ``, N not run``)."""
         text = f"{self.passed} passed, {self.failed} failed"
         return text + (f", {self.not_run} not run" if self.not_run else "")
 
@@ -71,6 +84,20 @@ async def run(options: Options, *, out: Callable[[str], None] = print) -> Summar
     """Run every check against the cluster; print a line per check; clean up; summarise.
 
     Cancelling the task (Ctrl-C in the command) stops the checks and still cleans up.
+    A check that fails, and a cluster that cannot be reached or set up, are reported in the
+    summary, not raised.
+
+    Args:
+        options: What to run against (kubeconfig, namespace, runtime, image, ...).
+        out: Where each line goes (``PASS``/``FAIL``/``SKIP`` and the closing line).
+
+    Returns:
+        Every check's result, what cleaning up could not do, and why the suite could not
+            be set up, if it could not (``ok`` says whether all passed).
+
+    Raises:
+        SettingsError: The kubeconfig (``options.kubeconfig``, ``options.context``) cannot
+            be loaded.
     """
     ns = options.namespace or f"dk-conformance-{uuid.uuid4().hex[:8]}"
     results: list[CheckResult] = []

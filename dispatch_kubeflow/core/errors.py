@@ -24,10 +24,10 @@
             └── KubeBadResponse   the answer was not what the API server sends
 
 Every error carries a message meant for a person: what is wrong and how to fix it. A
-:class:`KubeError` is built from the API server's Status object in one place,
-:func:`kube_error`: its class from the HTTP status (and the webhook denial), its ``reason``
+`KubeError` is built from the API server's Status object in one place,
+`kube_error`: its class from the HTTP status (and the webhook denial), its ``reason``
 and ``causes`` (``details.causes``: reason, message and field of each) from the body, so no
-caller reads a message to tell errors apart. A failure below HTTP is a :class:`KubeNoAnswer`,
+caller reads a message to tell errors apart. A failure below HTTP is a `KubeNoAnswer`,
 its class chosen by the transport from the network library's exception type.
 """
 
@@ -41,11 +41,23 @@ from typing import Any, Self
 
 
 class DispatchError(Exception):
-    """Root of every error this package raises."""
+    """Root of every error this package raises.
+
+    ``str(error)`` is the message for a person: what is wrong and how to fix it.
+    """
 
 
 class SettingsError(DispatchError):
-    """The settings section is invalid. ``field`` is the dotted path of the first problem."""
+    """The settings section is invalid. ``field`` is the dotted path of the first problem.
+
+    Also raised when the kubeconfig file (``cluster.kubeconfig``) or the pod's service
+    account (``cluster.inCluster``) cannot be loaded, and for an unknown backend name.
+
+    Attributes:
+        field: The dotted key of the first problem (``timeouts.stopJob``); "" for the
+            whole section.
+        problems: Every problem found, one line each (``<key>: <what it accepts>``).
+    """
 
     def __init__(self, message: str, *, field: str = "", problems: Sequence[str] = ()) -> None:
         super().__init__(message)
@@ -54,7 +66,14 @@ class SettingsError(DispatchError):
 
 
 class SpecError(DispatchError):
-    """A job spec, job id or request is invalid; ``field`` names the part."""
+    """A job spec, job id or request is invalid; ``field`` names the part.
+
+    Raised before anything is written, also by an observe-only backend.
+
+    Attributes:
+        field: The part at fault: ``spec.nodes``, ``spec.extensions.Image.ref``, ``job``,
+            ``ref``, ``timeout``, ``hold.instance``, ...
+    """
 
     def __init__(self, message: str, *, field: str = "") -> None:
         super().__init__(message)
@@ -62,7 +81,14 @@ class SpecError(DispatchError):
 
 
 class ObserveOnlyError(DispatchError):
-    """The backend is observe-only: a preflight proof failed, so Start refuses."""
+    """The backend is observe-only: a preflight proof failed, so Start refuses.
+
+    Open and Release refuse too; the other calls work.
+
+    Attributes:
+        reasons: Why, one line per capability that is not yes (as
+            [observe_only_reasons][dispatch_kubeflow.Backend.observe_only_reasons]).
+    """
 
     def __init__(self, message: str, *, reasons: Sequence[str] = ()) -> None:
         super().__init__(message)
@@ -78,7 +104,10 @@ class HoldError(DispatchError):
 
 
 class DeadlineExceeded(DispatchError, TimeoutError):
-    """A call's own deadline passed before it finished."""
+    """A call's own deadline passed before it finished.
+
+    Also a ``TimeoutError``, so ``except TimeoutError`` catches it.
+    """
 
 
 class NotFound(DispatchError):
@@ -96,15 +125,26 @@ class StatusCause:
     reason: str = ""
     """``FieldValueInvalid``, ``FieldValueRequired``, ``FieldValueForbidden``, ..."""
     message: str = ""
+    """What is wrong with the field, as the server says it."""
     field: str = ""
+    """The field's path (``spec.runtimeRef``), "" when none is named."""
 
 
 class KubeError(DispatchError):
     """The Kubernetes API answered with an error status.
 
     ``status`` is the HTTP status (0 when no answer came: the error is then a
-    :class:`KubeNoAnswer`, and ``reason`` its kind), ``reason`` the Status' reason,
-    ``causes`` its ``details.causes`` and ``body`` the whole Status object.
+    [KubeNoAnswer][dispatch_kubeflow.errors.KubeNoAnswer], and ``reason`` its kind),
+    ``reason`` the Status' reason, ``causes`` its ``details.causes`` and ``body`` the whole
+    Status object. Tell errors apart by their class (``dispatch_kubeflow.errors``), not
+    their message.
+
+    Attributes:
+        status: The HTTP status; 0 when no answer came.
+        reason: The Status' reason (``NotFound``, ``AlreadyExists``, ``Invalid``, ...), or
+            the no-answer kind.
+        body: The whole Status object ({} when none came).
+        causes: The Status' ``details.causes``.
     """
 
     def __init__(
@@ -124,21 +164,31 @@ class KubeError(DispatchError):
 
     @property
     def retry_after(self) -> int | None:
-        """The Status' ``details.retryAfterSeconds`` (a 429's or a 503's advice), if any."""
+        """The Status' ``details.retryAfterSeconds`` (a 429's or a 503's advice), if any.
+
+        None when the Status gives none.
+        """
         details = self.body.get("details")
         seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
         return seconds if isinstance(seconds, int) and seconds >= 0 else None
 
     def names_field(self, path: str) -> bool:
         """Whether a cause names this field or one inside it (case-insensitive, as
-        Trainer spells ``spec.RuntimeRef`` in one place)."""
+        Trainer spells ``spec.RuntimeRef`` in one place).
+
+        Args:
+            path: A field's path (``spec.runtimeRef``).
+
+        Returns:
+            True when a cause's field is ``path`` or below it (``spec.runtimeRef.name``).
+        """
         want = path.lower()
         return any(c.field.lower() == want or c.field.lower().startswith((want + ".", want + "["))
                    for c in self.causes)
 
 
 class KubeNotFound(KubeError):
-    """404."""
+    """404: the object (or the kind) does not exist."""
 
 
 class KubeConflict(KubeError):
@@ -162,6 +212,10 @@ class KubeWebhookDenied(KubeInvalid):
 
     ``webhook`` is its name (``validator.trainjob.trainer.kubeflow.org``), ``denial`` its own
     message, without the API server's prefix.
+
+    Attributes:
+        webhook: The webhook's name.
+        denial: The webhook's own message (its field errors are also in ``causes``).
     """
 
     def __init__(self, message: str, *, webhook: str = "", denial: str = "",
@@ -177,10 +231,16 @@ class KubeNoAnswer(KubeError):
 
     ``transient``: whether asking again may bring an answer. ``sent``: whether the request
     may have reached the server, so that a write may have taken effect; one that was never
-    sent is safe to send again whatever its verb (:mod:`dispatch_kubeflow.kube.retry`).
+    sent is safe to send again whatever its verb (`dispatch_kubeflow.kube.retry`).
+
+    Attributes:
+        transient: Whether asking again may bring an answer.
+        sent: Whether the request may have reached the server (a write may have taken
+            effect).
     """
 
     KIND = ""
+    """The ``reason`` of this kind of no-answer."""
 
     def __init__(self, message: str, *, transient: bool = True, sent: bool = True) -> None:
         super().__init__(message, status=0, reason=self.KIND)
@@ -188,7 +248,14 @@ class KubeNoAnswer(KubeError):
         self.sent = sent
 
     def restated(self, message: str) -> Self:
-        """The same failure (class, ``transient``, ``sent``) told with another message."""
+        """The same failure (class, ``transient``, ``sent``) told with another message.
+
+        Args:
+            message: The new message.
+
+        Returns:
+            A copy of this error with the message.
+        """
         new = copy.copy(self)
         new.args = (message,)
         return new
@@ -200,6 +267,7 @@ class KubeUnreachable(KubeNoAnswer):
     certificate the client rejects will not mend by itself)."""
 
     KIND = "Unreachable"
+    """The ``reason`` of this kind: ``Unreachable``."""
 
 
 class KubeStreamBroken(KubeNoAnswer):
@@ -207,6 +275,7 @@ class KubeStreamBroken(KubeNoAnswer):
     was sent)."""
 
     KIND = "StreamBroken"
+    """The ``reason`` of this kind: ``StreamBroken``."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, transient=True, sent=True)
@@ -218,6 +287,7 @@ class KubeBadResponse(KubeNoAnswer):
     broken stream is: asked again, the server itself may answer."""
 
     KIND = "BadResponse"
+    """The ``reason`` of this kind: ``BadResponse``."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, transient=True, sent=True)
@@ -292,7 +362,18 @@ def kube_error(status: int, body: dict[str, Any] | None, fallback: str = "") -> 
     """The KubeError of an HTTP status and the metav1.Status body the API server sent.
 
     The message is the Status' message (else ``fallback``, e.g. the request) followed by
-    ``(<status> <reason>)``.
+    ``(<status> <reason>)``. The library builds every KubeError here; a service meets it
+    only to build the same errors in a fake of its own.
+
+    Args:
+        status: The HTTP status.
+        body: The Status object the server sent (None: none).
+        fallback: The message when the Status has none.
+
+    Returns:
+        The error of the status's class (a
+            [KubeWebhookDenied][dispatch_kubeflow.errors.KubeWebhookDenied] for a webhook's
+            denial); not raised.
     """
     body = body or {}
     text = str(body.get("message") or fallback)

@@ -8,8 +8,8 @@ written by one execution below everything written by the next, across attempts t
 attempt of the submission (a new TrainJob, after StopJob deleted the old one with its A)
 starts above every execution of the attempts before it. The memory that makes this so is the
 attempt number, which the service keeps anyway; no object in the cluster has to outlive the
-job. The price is a bound: at most :data:`ATTEMPT_MAX` attempts of a submission, and R below
-:data:`ATTEMPT_SPAN` within each (past it the webhook refuses the pod rather than reuse an
+job. The price is a bound: at most `ATTEMPT_MAX` attempts of a submission, and R below
+`ATTEMPT_SPAN` within each (past it the webhook refuses the pod rather than reuse an
 epoch). For attempt 1 the epoch is what it always was (1, R = 1 -> 1000001).
 """
 
@@ -33,7 +33,21 @@ class IdentityError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ExecutionIdentity:
-    """Who a pod is: job, submission, attempt, admission count A and restart count J."""
+    """Who a pod is: job, submission, attempt, admission count A and restart count J.
+
+    What [FakeBackend.identity][dispatch_kubeflow.testing.FakeBackend.identity] returns; a
+    pod reads its own from ``DISPATCH_ATTEMPT`` and ``DISPATCH_EPOCH`` (docs/identity.md).
+
+    Attributes:
+        job_id: The job's id.
+        submission: The submission, 1 or more.
+        attempt: The attempt, from 1 to 100.
+        admissions: A, the admission count.
+        restarts: J, JobSet's restart count within the admission.
+
+    Raises:
+        IdentityError: A field is out of range (a ``ValueError``; the message names it).
+    """
 
     job_id: str
     submission: int
@@ -75,7 +89,12 @@ class ExecutionIdentity:
         return epoch(self.submission, self.r, self.attempt)
 
     def env(self) -> dict[str, str]:
-        """The four ``DISPATCH_*`` variables every container of the execution gets."""
+        """The four ``DISPATCH_*`` variables every container of the execution gets.
+
+        Returns:
+            ``DISPATCH_JOB_ID``, ``DISPATCH_SUBMISSION``, ``DISPATCH_ATTEMPT`` and
+                ``DISPATCH_EPOCH``, by name.
+        """
         return {
             names.ENV_JOB_ID: self.job_id,
             names.ENV_SUBMISSION: str(self.submission),

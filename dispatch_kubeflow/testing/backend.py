@@ -73,20 +73,38 @@ def proven(settings: Settings) -> dict[Capability, CapabilityStatus]:
 
 class FakeBackend(FakeCluster, Backend):
     """A Backend with no cluster: the jobs live in memory, and the test drives what Kueue,
-    the admission controller, JobSet and the pods do (:class:`.cluster.FakeCluster`).
+    the admission controller, JobSet and the pods do (`dispatch_kubeflow.testing.cluster`).
 
     ``settings`` are parsed as the real Backend parses them (a SettingsError for bad ones;
-    none given: :data:`SETTINGS`); a ``kueue`` section chooses Kueue mode, as it does for the
-    real one. ``observe_only`` gives what ``Backend.connect(..., preflight=False)`` gives
-    (every capability unknown: start, open and release refused), ``capabilities`` any other
-    preflight result. ``auto_admit=False`` leaves an open job ``queued`` until
-    :meth:`admit`; ``grace`` is how long a deleted pod takes to go; ``max_restarts`` the
-    JobSet's; ``runtimes``, when given, the only runtimes that exist (Start of another is
-    the real SpecError).
+    none given: [SETTINGS][dispatch_kubeflow.testing.SETTINGS]); a ``kueue`` section chooses
+    Kueue mode, as it does for the real one. ``observe_only`` gives what
+    ``Backend.connect(..., preflight=False)`` gives (every capability unknown: start, open
+    and release refused), ``capabilities`` any other preflight result. ``auto_admit=False``
+    leaves an open job ``queued`` until [admit][dispatch_kubeflow.testing.FakeBackend.admit];
+    ``grace`` is how long a deleted pod takes to go; ``max_restarts`` the JobSet's;
+    ``runtimes``, when given, the only runtimes that exist (Start of another is the real
+    SpecError).
 
     Use it as ``async with FakeBackend() as backend:``, or ``await FakeBackend.connect(...)``
     as the real one. It is a Backend (``isinstance`` and type checkers agree), so a
     service's code that takes a Backend takes it; it has no ``kube`` (UnsupportedError).
+    Its calls take the same arguments and raise the same errors as
+    [Backend][dispatch_kubeflow.Backend]'s (start, open, hold, release and find as
+    documented there); the controls below play the cluster's part.
+
+    Args:
+        settings: The settings section, as [Backend.connect][dispatch_kubeflow.Backend.connect]
+            takes it; None: [SETTINGS][dispatch_kubeflow.testing.SETTINGS].
+        observe_only: Whether every capability is unknown (start, open, release refused).
+        capabilities: The preflight's result to report (None: every capability yes).
+        auto_admit: Whether Kueue admits an open job at once (False: at
+            [admit][dispatch_kubeflow.testing.FakeBackend.admit]).
+        grace: Seconds a deleted pod takes to go (0: at once).
+        max_restarts: The JobSet's restarts before a lost pod fails the job.
+        runtimes: The only runtimes that exist (None: any).
+
+    Raises:
+        SettingsError: The settings are invalid.
     """
 
     def __init__(self, settings: Settings | bytes | str | Mapping[str, Any] | None = None, *,
@@ -112,14 +130,30 @@ class FakeBackend(FakeCluster, Backend):
     @classmethod
     def connect(cls, settings: Settings | bytes | str | Mapping[str, Any], *,  # type: ignore[override]
                 kube: KubeAPI | None = None, preflight: bool = True) -> Opening[FakeBackend]:
-        """As :meth:`Backend.connect`: ``preflight=False`` makes it observe-only; ``kube`` is
-        not used (there is no cluster)."""
+        """As [Backend.connect][dispatch_kubeflow.Backend.connect]: ``preflight=False`` makes
+        it observe-only; ``kube`` is not used (there is no cluster).
+
+        Args:
+            settings: The settings section.
+            kube: Not used.
+            preflight: False: observe-only, as the real one without its preflight.
+
+        Returns:
+            The opening of the fake: ``await`` it, or ``async with`` it.
+
+        Raises:
+            SettingsError: When awaited or entered: the settings are invalid.
+        """
         async def opened() -> FakeBackend:
             return cls(settings, observe_only=not preflight)
         return Opening(opened)
 
     async def close(self) -> None:
-        """Stop the fake controllers (raising what one of them failed with: a bug)."""
+        """Stop the fake controllers (raising what one of them failed with: a bug).
+
+        Raises:
+            Exception: What a fake controller failed with (a bug of the fake).
+        """
         if not self._closed:
             self._closed = True
             if self._owner:
@@ -134,7 +168,14 @@ class FakeBackend(FakeCluster, Backend):
     def another(self, *, observe_only: bool = False) -> FakeBackend:
         """A second backend of the same fake cluster and settings (as another process of the
         service would open): it sees and changes the same jobs. Only the first one's close
-        stops the fake controllers."""
+        stops the fake controllers.
+
+        Args:
+            observe_only: Whether the second one is observe-only.
+
+        Returns:
+            The second backend.
+        """
         return FakeBackend(self.settings, observe_only=observe_only,
                            capabilities=None if observe_only else self._caps,
                            auto_admit=self._auto_admit, grace=self._grace,
@@ -144,7 +185,11 @@ class FakeBackend(FakeCluster, Backend):
 
     @property
     def kube(self) -> KubeAPI:
-        """A FakeBackend has no connection: UnsupportedError."""
+        """A FakeBackend has no connection: UnsupportedError.
+
+        Raises:
+            UnsupportedError: Always.
+        """
         raise errors.UnsupportedError("FakeBackend has no connection to a cluster")
 
     # --- start, open, inspect -------------------------------------------------------------
@@ -204,7 +249,17 @@ class FakeBackend(FakeCluster, Backend):
         self._notify()
 
     async def inspect(self, ref: ObjectRef | str) -> Observation:
-        """The job's state, by the library's own table (:func:`dispatch_kubeflow.state.observe`)."""
+        """The job's state, by the library's own table (`dispatch_kubeflow.state.observe`).
+
+        Args:
+            ref: The job's reference, or its ``id``.
+
+        Returns:
+            The job's observation (``gone`` when it does not exist).
+
+        Raises:
+            SpecError: ``ref`` is malformed or not in the backend's namespace.
+        """
         ref = self._ref(ref)
         job = self._jobs.get(ref.name)
         return job.observe() if job is not None else observe(None, None, [])
@@ -212,7 +267,23 @@ class FakeBackend(FakeCluster, Backend):
     async def wait(self, ref: ObjectRef | str, *states: ObjectState,
                    deadline: datetime | None = None,
                    timeout: float | timedelta | None = None) -> Observation:
-        """As :meth:`Backend.wait`; in plain mode an expired hold is released here too."""
+        """As [Backend.wait][dispatch_kubeflow.Backend.wait]; in plain mode an expired hold is
+        released here too.
+
+        Args:
+            ref: The job's reference, or its ``id``.
+            *states: The states to wait for (at least one).
+            deadline: When to give up: a timezone-aware time.
+            timeout: When to give up: seconds from now, or a timedelta.
+
+        Returns:
+            The first observation of the job in one of ``states``.
+
+        Raises:
+            SpecError: As [Backend.wait][dispatch_kubeflow.Backend.wait]'s.
+            DeadlineExceeded: The deadline passed first.
+            NotFound: The job does not exist and ``gone`` is not among ``states``.
+        """
         ref = self._ref(ref)
         if timeout is not None:
             if deadline is not None:
@@ -330,7 +401,12 @@ class FakeBackend(FakeCluster, Backend):
 
     # --- listing and events ---------------------------------------------------------------
     async def jobs(self) -> list[JobInfo]:
-        """Every job of the namespace, by the library's own listing (:func:`.jobs.listing`)."""
+        """Every job of the namespace, by the library's own listing
+        (`dispatch_kubeflow.jobs.listing`).
+
+        Returns:
+            One entry per submission, sorted by job id, then submission.
+        """
         jobs = list(self._jobs.values())
         return listing([j.trainjob for j in jobs],
                        [j.workload for j in jobs if j.workload is not None],
@@ -351,7 +427,18 @@ class FakeBackend(FakeCluster, Backend):
 
     def events(self, job: JobID | str, *, follow: bool = False) -> AsyncIterator[JobEvent]:
         """The Events the fake recorded about the job's objects (its controllers' few, and
-        :meth:`record_event`'s), oldest first."""
+        [record_event][dispatch_kubeflow.testing.FakeBackend.record_event]'s), oldest first.
+
+        Args:
+            job: The job id, or its text.
+            follow: Whether to go on with later Events.
+
+        Returns:
+            An async iterator of the Events.
+
+        Raises:
+            SpecError: ``job`` is not a job id.
+        """
         return self._job_events(as_job_id(job), follow)
 
     async def _job_events(self, job: JobID, follow: bool) -> AsyncIterator[JobEvent]:
@@ -370,7 +457,18 @@ class FakeBackend(FakeCluster, Backend):
 
     # --- stop, find, output ---------------------------------------------------------------
     async def stop_job(self, job: JobID | str, reason: str) -> StopReport:
-        """Delete every submission of the job at once; the report names every object."""
+        """Delete every submission of the job at once; the report names every object.
+
+        Args:
+            job: The job id, or its text.
+            reason: Recorded as a ``StopJob`` Event on each TrainJob.
+
+        Returns:
+            Every object of the job, stopped.
+
+        Raises:
+            SpecError: ``job`` is not a job id.
+        """
         job_id = as_job_id(job)
         stopped: list[ObjectRef] = []
         for fake in [j for j in self._jobs.values() if j.valid.request.job == job_id]:
@@ -391,8 +489,24 @@ class FakeBackend(FakeCluster, Backend):
     def output(self, job: JobID | str, rank: int = 0,
                stream: OutputStream = OutputStream.STDOUT, follow: bool = False, *,
                submission: int | None = None) -> Opening[LogStream]:
-        """Rank ``rank``'s log of the job's current execution: what :meth:`write_output`
-        wrote to its pod (``async with backend.output(job) as log:``, or ``await`` it)."""
+        """Rank ``rank``'s log of the job's current execution: what
+        [write_output][dispatch_kubeflow.testing.FakeBackend.write_output] wrote to its pod
+        (``async with backend.output(job) as log:``, or ``await`` it).
+
+        Args:
+            job: The job id, or its text.
+            rank: The rank, 0 or more.
+            stream: Which stream to read.
+            follow: Whether to keep reading until the pod no longer runs.
+            submission: Only this submission's pods (None: any).
+
+        Returns:
+            The opening of the log.
+
+        Raises:
+            SpecError: ``rank`` is not a non-negative integer, or ``job`` not a job id.
+            NotFound: When awaited or entered: the job has no pod of that rank.
+        """
         async def opened() -> LogStream:
             return self._output(as_job_id(job), rank, stream, follow, submission)
         return Opening(opened)

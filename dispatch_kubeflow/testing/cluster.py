@@ -135,7 +135,15 @@ class FakeCluster:
     def record_event(self, regarding: ObjectRef, reason: str, note: str = "", *,
                      type: str = "Normal", reporter: str = "") -> None:
         """Record an Event about ``regarding`` (an object of a job), as a controller would:
-        :meth:`~dispatch_kubeflow.testing.FakeBackend.events` yields it."""
+        [events][dispatch_kubeflow.testing.FakeBackend.events] yields it.
+
+        Args:
+            regarding: The object it is about (its name must be one of the job's).
+            reason: The machine-readable word.
+            note: The message for people.
+            type: ``Normal`` or ``Warning``.
+            reporter: Who recorded it.
+        """
         self._events.append(JobEvent(datetime.now(UTC), type, reason, note, regarding,
                                      reporter))
         self._notify()
@@ -273,16 +281,35 @@ class FakeCluster:
     # --- controls -------------------------------------------------------------------------
     def slow(self, seconds: float) -> None:
         """Make the admission controller take ``seconds`` to approve each admission from now
-        on (a job waits that long in ``admitting``); 0 makes it prompt again."""
+        on (a job waits that long in ``admitting``); 0 makes it prompt again.
+
+        Args:
+            seconds: The delay, 0 or more.
+
+        Raises:
+            ValueError: ``seconds`` is negative.
+        """
         if seconds < 0:
             raise ValueError(f"slow: seconds must be 0 or more, got {seconds!r}")
         self._shared.slow = float(seconds)
 
     async def admit(self, ref: ObjectRef | str) -> Observation:
         """Kueue finds quota for the job now, and the controller approves it (after
-        :meth:`slow`'s seconds and once the previous execution's pods are gone); returns the
-        running job's Observation. Needed when the fake was made with ``auto_admit=False``;
-        otherwise it waits for the admission already under way."""
+        [slow][dispatch_kubeflow.testing.FakeBackend.slow]'s seconds and once the previous
+        execution's pods are gone); returns the running job's Observation. Needed when the
+        fake was made with ``auto_admit=False``; otherwise it waits for the admission already
+        under way.
+
+        Args:
+            ref: The job's reference, or its ``id``.
+
+        Returns:
+            The job's observation, ``running``.
+
+        Raises:
+            NotFound: The job does not exist.
+            RuntimeError: Plain mode (no Kueue), or the job is neither queued nor admitting.
+        """
         job = self._control(ref)
         if not self._kueue:
             raise RuntimeError("admit: plain mode has no Kueue; open (or release) admits")
@@ -299,13 +326,37 @@ class FakeCluster:
         return job.observe()
 
     def finish(self, ref: ObjectRef | str) -> Observation:
-        """Every rank exits 0: the pods succeed and the TrainJob is ``Complete``."""
+        """Every rank exits 0: the pods succeed and the TrainJob is ``Complete``.
+
+        Args:
+            ref: The job's reference, or its ``id``.
+
+        Returns:
+            The job's observation, ``succeeded``.
+
+        Raises:
+            NotFound: The job does not exist.
+            RuntimeError: The job is not running with pods alive.
+        """
         return self._end(ref, "Succeeded", "Complete", "Completed", "jobset completed")
 
     def fail(self, ref: ObjectRef | str, reason: str = "FailedJobs",
              message: str = "jobset failed (FakeBackend)") -> Observation:
         """The job fails: its pods fail and the TrainJob is ``Failed`` with ``reason`` and
-        ``message`` (the Observation's cause)."""
+        ``message`` (the Observation's cause).
+
+        Args:
+            ref: The job's reference, or its ``id``.
+            reason: The Failed condition's reason.
+            message: The Failed condition's message.
+
+        Returns:
+            The job's observation, ``failed``.
+
+        Raises:
+            NotFound: The job does not exist.
+            RuntimeError: The job is not running with pods alive.
+        """
         return self._end(ref, "Failed", "Failed", reason, message)
 
     def _end(self, ref: ObjectRef | str, phase: str, kind: str, reason: str,
@@ -325,7 +376,16 @@ class FakeCluster:
 
     def lose_pod(self, ref: ObjectRef | str, rank: int = 0) -> None:
         """Rank ``rank``'s pod fails (its node is lost): JobSet restarts every rank with
-        J + 1 once the old pods are gone, or, past ``max_restarts``, the job fails."""
+        J + 1 once the old pods are gone, or, past ``max_restarts``, the job fails.
+
+        Args:
+            ref: The job's reference, or its ``id``.
+            rank: The rank whose pod is lost.
+
+        Raises:
+            NotFound: The job does not exist.
+            RuntimeError: The job has no running pod of that rank.
+        """
         job = self._control(ref)
         pod = job.rank_pod(rank)
         if pod is None or job.observe().state is not ObjectState.RUNNING:
@@ -350,7 +410,19 @@ class FakeCluster:
     def write_output(self, ref: ObjectRef | str, rank: int, data: str | bytes,
                      stream: OutputStream = OutputStream.STDOUT) -> None:
         """Rank ``rank``'s running pod writes ``data`` to ``stream`` (STDOUT or STDERR), as
-        :meth:`~dispatch_kubeflow.testing.FakeBackend.output` then reads it."""
+        [output][dispatch_kubeflow.testing.FakeBackend.output] then reads it.
+
+        Args:
+            ref: The job's reference, or its ``id``.
+            rank: The writing rank.
+            data: What it writes (text is encoded as UTF-8).
+            stream: STDOUT or STDERR.
+
+        Raises:
+            NotFound: The job does not exist.
+            RuntimeError: The job has no running pod of that rank.
+            ValueError: ``stream`` is ALL.
+        """
         job = self._control(ref)
         pod = job.rank_pod(rank)
         if pod is None:
@@ -363,7 +435,18 @@ class FakeCluster:
 
     def identity(self, ref: ObjectRef | str, rank: int = 0) -> ExecutionIdentity | None:
         """The identity rank ``rank``'s running pod got (its ``DISPATCH_ATTEMPT`` read back
-        by the core's rule), or None when no pod of that rank runs."""
+        by the core's rule), or None when no pod of that rank runs.
+
+        Args:
+            ref: The job's reference, or its ``id``.
+            rank: The rank.
+
+        Returns:
+            The pod's execution identity (A, J, epoch, ...), or None.
+
+        Raises:
+            NotFound: The job does not exist.
+        """
         job = self._control(ref)
         pod = job.rank_pod(rank)
         if pod is None:
@@ -373,6 +456,16 @@ class FakeCluster:
         return ExecutionIdentity(job_id, sub, attempt, a, j)
 
     def trainjob(self, ref: ObjectRef | str) -> Obj:
-        """The TrainJob as the fake holds it (for a test that checks what was recorded)."""
+        """The TrainJob as the fake holds it (for a test that checks what was recorded).
+
+        Args:
+            ref: The job's reference, or its ``id``.
+
+        Returns:
+            The TrainJob object (the fake's own: do not change it).
+
+        Raises:
+            NotFound: The job does not exist.
+        """
         return self._control(ref).trainjob
 
