@@ -114,8 +114,11 @@ async def test_manifests_are_accepted_by_the_api_server(kubeconfig: str, kube: K
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding",
                             "ClusterRoleBinding", "Service", "Deployment", "AdmissionCheck",
-                            "MutatingWebhookConfiguration", "ConfigMap", "ConfigMap",
-                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                            "PodDisruptionBudget", "MutatingWebhookConfiguration",
+                            # who may write A (two), what the controller may write (one)
+                            "ConfigMap", "ConfigMap", "ConfigMap",
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy",
+                            "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding",
                             "ValidatingAdmissionPolicyBinding"])
     before = {(d["kind"], d["metadata"]["name"]): await exists(kube, d)
               for d in docs if d["kind"] in RESOURCES}
