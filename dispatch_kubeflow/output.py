@@ -15,8 +15,11 @@ refuses the parameter, STDOUT falls back to the combined log and the stream says
 `dispatch_kubeflow.errors.UnsupportedError`, since it cannot be told apart.
 
 ``tail_lines`` keeps only the log's last lines and ``since`` only what was logged in that
-long before now (the log endpoint's ``tailLines`` and ``sinceSeconds``; the server counts
-the lines and times, so both hold for a followed log too).
+long before now (the log endpoint's ``tailLines`` and ``sinceSeconds``). The API server
+refuses ``tailLines`` beside a ``stream`` ("mutually exclusive for now"), so of STDOUT or
+STDERR alone the last lines are kept here, from the whole log read once; a followed log of
+one stream cannot be tailed (`dispatch_kubeflow.errors.UnsupportedError`: follow
+``OutputStream.ALL``, or read the last lines without following).
 
 Reading never blocks the event loop: chunks are awaited from the HTTP response as the
 kubelet sends them (``follow=True`` keeps reading until the container ends).
@@ -186,10 +189,19 @@ async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
                               f"({'gated by ' + ', '.join(gates) if gates else 'not scheduled'}"
                               "): ask again once it runs")
     want = None if stream is OutputStream.ALL else stream.value
+    if want is not None and tail_lines is not None and follow:
+        raise errors.UnsupportedError(
+            f"the API server cannot tail one stream ({stream!s}) of a followed log (tailLines "
+            f"and stream are mutually exclusive); follow {OutputStream.ALL!s}, or read the "
+            "last lines without following")
     try:
+        # The server tails only the combined log: one stream's last lines are kept here.
         body = await kube.open_pod_log(name, namespace, container=names.TRAINER_CONTAINER,
-                                       follow=follow, stream=want, tail_lines=tail_lines,
+                                       follow=follow, stream=want,
+                                       tail_lines=tail_lines if want is None else None,
                                        since_seconds=since_seconds)
+        if want is not None and tail_lines is not None:
+            body = _LastLines(body, tail_lines)
         return LogStream(body, pod=name, stream=stream, split=want is not None)
     except errors.KubeInvalid as exc:
         # With the feature gate off, the API server refuses the parameter: 422, a cause on
@@ -206,6 +218,22 @@ async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
                                    follow=follow, tail_lines=tail_lines,
                                    since_seconds=since_seconds)
     return LogStream(body, pod=name, stream=stream, split=False)
+
+
+class _LastLines:
+    """The last ``n`` lines of a log that ends (not followed), whole, as one chunk."""
+
+    def __init__(self, body: ByteSource, n: int) -> None:
+        self.body, self.n = body, n
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        lines = b"".join([chunk async for chunk in self.body]).splitlines(keepends=True)
+        kept = b"".join(lines[-self.n:]) if self.n else b""
+        if kept:
+            yield kept
+
+    async def aclose(self) -> None:
+        await self.body.aclose()
 
 
 def log_window(tail_lines: int | None, since: timedelta | None) -> int | None:

@@ -625,6 +625,14 @@ class FakeKube(Observes):
         self.log_asked.append({"follow": follow, "stream": stream, "tail_lines": tail_lines,
                                "since_seconds": since_seconds})
         chunks = self.logs.get((namespace, name, stream))
+        if stream is not None and tail_lines is not None:
+            # As the API server (PodLogOptions validation): a cause with field "".
+            raise status_error(422, "Invalid", f'PodLogOptions "{name}" is invalid: []: '
+                               "Forbidden: `tailLines` and specific `stream` are mutually "
+                               "exclusive for now", POD, name,
+                               [{"reason": "FieldValueForbidden", "field": "",
+                                 "message": "Forbidden: `tailLines` and specific `stream` "
+                                            "are mutually exclusive for now"}])
         if chunks is None and stream is not None:
             raise status_error(422, "Invalid", f'PodLogOptions "{name}" is invalid: stream: '
                                "Forbidden: may not be specified", POD, name,

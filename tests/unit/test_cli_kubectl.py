@@ -238,8 +238,13 @@ def test_logs_tail_and_since(cluster: Cluster,
     cluster.logs[("team-a", "p0", "Stdout")] = [b"one\ntwo\n", b"three\n"]
     assert main(["logs", str(JOB), "--tail", "2", "--since", "90s"]) == 0
     assert capfdbinary.readouterr().out == b"two\nthree\n"
-    assert cluster.log_asked[-1] == {"follow": False, "stream": "Stdout", "tail_lines": 2,
+    # One stream's last lines are kept by the library (the API server refuses tailLines
+    # beside a stream).
+    assert cluster.log_asked[-1] == {"follow": False, "stream": "Stdout", "tail_lines": None,
                                      "since_seconds": 90}
+    # Followed, one stream cannot be tailed: one line, exit 1.
+    assert main(["logs", str(JOB), "--tail", "2", "-f"]) == 1
+    assert b"follow All" in capfdbinary.readouterr().err
 
 
 # --- hold and stop -----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
-from dispatch_kubeflow.model import JobID
+from dispatch_kubeflow.model import JobID, OutputStream
 from dispatch_kubeflow.output import log_window, output
 from tests.unit.fake_kube import FakeKube
 
@@ -37,8 +37,17 @@ async def test_the_window_is_asked_of_the_server() -> None:
     k = await running(job)
     async with await output(k, NS, job, tail_lines=1, since=timedelta(seconds=1.5)) as log:
         assert await log.read() == b"c\n"
-    assert k.log_asked == [{"follow": False, "stream": "Stdout", "tail_lines": 1,
+    # The API server refuses tailLines beside a stream: one stream's last lines are kept
+    # here, from the whole log (since is the server's).
+    assert k.log_asked == [{"follow": False, "stream": "Stdout", "tail_lines": None,
                             "since_seconds": 2}]  # a part second more is a second more
+    async with await output(k, NS, job, tail_lines=5) as log:
+        assert await log.read() == b"a\nb\nc\n"  # more lines asked than there are: all
+    async with await output(k, NS, job, tail_lines=0) as log:
+        assert await log.read() == b""
+    async with await output(k, NS, job, tail_lines=1, stream=OutputStream.ALL) as log:
+        assert await log.read() == b"c\n"
+    assert k.log_asked[-1]["tail_lines"] == 1  # the combined log: the server tails it
     async with await output(k, NS, job) as log:
         assert await log.read() == b"a\nb\nc\n"
     assert k.log_asked[-1]["tail_lines"] is None
@@ -67,3 +76,13 @@ async def test_a_bad_window_is_a_spec_error_before_any_request(tail: Any, since:
     assert k.requests == 0
     with pytest.raises(errors.SpecError):
         log_window(tail, since)
+
+
+async def test_a_followed_log_of_one_stream_cannot_be_tailed() -> None:
+    """The API server refuses tailLines beside a stream, and a followed log never ends, so
+    its last lines cannot be kept here: a typed error saying what works."""
+    job = JobID.new()
+    k = await running(job)
+    with pytest.raises(errors.UnsupportedError, match="follow All"):
+        await output(k, NS, job, tail_lines=1, follow=True)
+    assert k.log_asked == []
