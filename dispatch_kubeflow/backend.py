@@ -61,7 +61,7 @@ from dispatch_kubeflow.opening import Opening
 from dispatch_kubeflow.output import LogStream
 from dispatch_kubeflow.preflight import run as run_preflight
 from dispatch_kubeflow.settings import Settings
-from dispatch_kubeflow.waits import deadline_after, within
+from dispatch_kubeflow.waits import wait_window, within
 
 log = logging.getLogger(__name__)
 
@@ -345,20 +345,7 @@ class Backend:
             KubeError: The API server refused a read or could not be reached.
         """
         ref = self._ref(ref)
-        if timeout is not None:
-            if deadline is not None:
-                raise errors.SpecError("timeout: give deadline or timeout, not both",
-                                       field="timeout")
-            seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float) \
-                    or seconds < 0:
-                raise errors.SpecError(f"timeout: seconds from now, 0 or more; got {timeout!r}",
-                                       field="timeout")
-            deadline = deadline_after(seconds)
-        want = frozenset(ObjectState(s) for s in states)
-        if not want:
-            raise errors.SpecError("states: name at least one state to wait for",
-                                   field="states")
+        want, deadline = wait_window(states, deadline, timeout)
         label = ", ".join(sorted(want))
         async with within(deadline, f"waiting for {ref.id} to be {label}"):
             return await observe.wait(self._kube, self._mode, ref, want,

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from dispatch_kubeflow.errors import DeadlineExceeded, SpecError
 from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent, retry
+from dispatch_kubeflow.model import ObjectState
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -25,6 +26,25 @@ Obj = dict[str, Any]
 def deadline_after(timeout: timedelta | float) -> datetime:
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
     return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def wait_window(states: Sequence[str], deadline: datetime | None,
+                timeout: timedelta | float | None) -> tuple[frozenset[ObjectState],
+                                                             datetime | None]:
+    """A wait's states and its deadline (``timeout`` seconds from now when given), checked:
+    the one rule Backend.wait and the testing FakeBackend's apply alike."""
+    if timeout is not None:
+        if deadline is not None:
+            raise SpecError("timeout: give deadline or timeout, not both", field="timeout")
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise SpecError(f"timeout: seconds from now, 0 or more; got {timeout!r}",
+                            field="timeout")
+        deadline = deadline_after(seconds)
+    want = frozenset(ObjectState(s) for s in states)
+    if not want:
+        raise SpecError("states: name at least one state to wait for", field="states")
+    return want, deadline
 
 
 def remaining(deadline: datetime | None) -> float | None:

@@ -54,7 +54,7 @@ from dispatch_kubeflow.stop import REPORTING_CONTROLLER
 from dispatch_kubeflow.testing.cluster import FakeCluster, Shared
 from dispatch_kubeflow.testing.logs import FakeLog
 from dispatch_kubeflow.testing.objects import FakeJob, notes
-from dispatch_kubeflow.waits import deadline_after, within
+from dispatch_kubeflow.waits import wait_window, within
 
 SETTINGS: Mapping[str, Any] = {
     "namespace": "default",
@@ -285,20 +285,7 @@ class FakeBackend(FakeCluster, Backend):
             NotFound: The job does not exist and ``gone`` is not among ``states``.
         """
         ref = self._ref(ref)
-        if timeout is not None:
-            if deadline is not None:
-                raise errors.SpecError("timeout: give deadline or timeout, not both",
-                                       field="timeout")
-            seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float) \
-                    or seconds < 0:
-                raise errors.SpecError(f"timeout: seconds from now, 0 or more; got {timeout!r}",
-                                       field="timeout")
-            deadline = deadline_after(seconds)
-        want = frozenset(ObjectState(s) for s in states)
-        if not want:
-            raise errors.SpecError("states: name at least one state to wait for",
-                                   field="states")
+        want, deadline = wait_window(states, deadline, timeout)
         label = ", ".join(sorted(want))
         async with within(deadline, f"waiting for {ref.id} to be {label}"):
             return await self._wait(ref, want)
