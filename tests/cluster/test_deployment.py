@@ -330,6 +330,18 @@ async def test_a_cut_off_worker_holds_back_the_next_execution_until_it_heals(
     assert await workload(kube, ns, tj) is not None
 
 
+async def pods_get_their_identity(kube: Kube, ns: str, admission: AdmissionHandle) -> None:
+    """A dispatch job admitted now: a pod of it (a dry run) gets its identity from the
+    webhook, so the webhook is configured, called and trusted."""
+    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
+    await wait_ready(kube, ns, tj)
+    labels = {**dispatch_labels(job_id), names.JOBSET_NAME_LABEL: tj,
+              names.RESTART_ATTEMPT_LABEL: "0"}
+    out = await kube.create(r.POD, _pod(ns, labels), ns, dry_run=True)
+    env = {e["name"]: e.get("value") for e in out["spec"]["containers"][0].get("env") or []}
+    assert env[names.ENV_ATTEMPT] == f"{job_id}.1.1.1.0", dump_logs(admission)
+
+
 async def test_a_deleted_tls_secret_is_made_again_with_the_ca_every_replica_serves(
         kube: Kube, ns: str, admission: AdmissionHandle) -> None:
     """Issue 28: with the shared Secret deleted, a replica that started made a new CA while
@@ -349,13 +361,7 @@ async def test_a_deleted_tls_secret_is_made_again_with_the_ca_every_replica_serv
 
     made = await eventually(again, 30, "the TLS Secret made again")
     assert made["data"] == was["data"]
-    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
-    await wait_ready(kube, ns, tj)
-    labels = {**dispatch_labels(job_id), names.JOBSET_NAME_LABEL: tj,
-              names.RESTART_ATTEMPT_LABEL: "0"}
-    out = await kube.create(r.POD, _pod(ns, labels), ns, dry_run=True)
-    env = {e["name"]: e.get("value") for e in out["spec"]["containers"][0].get("env") or []}
-    assert env[names.ENV_ATTEMPT] == f"{job_id}.1.1.1.0", dump_logs(admission)
+    await pods_get_their_identity(kube, ns, admission)
 
 
 async def test_a_deleted_webhook_configuration_is_made_again(
@@ -377,13 +383,7 @@ async def test_a_deleted_webhook_configuration_is_made_again(
     made = await eventually(again, 30, "the configuration made again")
     assert made["webhooks"][0]["clientConfig"] == was["webhooks"][0]["clientConfig"]
     assert made["webhooks"][0]["matchConditions"] == was["webhooks"][0]["matchConditions"]
-    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
-    await wait_ready(kube, ns, tj)
-    labels = {**dispatch_labels(job_id), names.JOBSET_NAME_LABEL: tj,
-              names.RESTART_ATTEMPT_LABEL: "0"}
-    out = await kube.create(r.POD, _pod(ns, labels), ns, dry_run=True)
-    env = {e["name"]: e.get("value") for e in out["spec"]["containers"][0].get("env") or []}
-    assert env[names.ENV_ATTEMPT] == f"{job_id}.1.1.1.0", dump_logs(admission)
+    await pods_get_their_identity(kube, ns, admission)
 
 
 async def test_an_edited_webhook_configuration_is_put_back(
@@ -408,10 +408,4 @@ async def test_an_edited_webhook_configuration_is_put_back(
 
     restored = (await eventually(back, 30, "the configuration written again"))["webhooks"][0]
     assert (restored["clientConfig"]["caBundle"], restored["matchConditions"]) == (ca, conditions)
-    job_id, tj = await dispatch_job(kube, ns, SLOW_TERM)
-    await wait_ready(kube, ns, tj)
-    labels = {**dispatch_labels(job_id), names.JOBSET_NAME_LABEL: tj,
-              names.RESTART_ATTEMPT_LABEL: "0"}
-    out = await kube.create(r.POD, _pod(ns, labels), ns, dry_run=True)
-    env = {e["name"]: e.get("value") for e in out["spec"]["containers"][0].get("env") or []}
-    assert env[names.ENV_ATTEMPT] == f"{job_id}.1.1.1.0", dump_logs(admission)
+    await pods_get_their_identity(kube, ns, admission)
