@@ -7,10 +7,13 @@ need. ``LOCAL_CLUSTER`` and ``REPO`` are here for the tests that name them.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -18,6 +21,18 @@ REPO = Path(__file__).resolve().parent.parent
 LOCAL_CLUSTER = os.environ.get("DISPATCH_TEST_CLUSTER", "dk")
 LOCAL_KUBECONFIG = Path(os.environ.get("DISPATCH_TEST_KUBECONFIG",
                                        f"/tmp/{LOCAL_CLUSTER}.kubeconfig"))
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script that is not in a package (docs/*.py, examples/*.py), imported as ``name``
+    (registered in sys.modules, so its dataclasses and pickling find it)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None, path
+    assert spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(autouse=True)

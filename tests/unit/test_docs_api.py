@@ -6,11 +6,8 @@ rendered HTML."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,23 +16,13 @@ import yaml
 import dispatch_kubeflow
 import dispatch_kubeflow.errors
 import dispatch_kubeflow.testing
+from tests.conftest import REPO, load_script
 
-REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "reference" / "api.md"
 ROLE = re.compile(r":(?:py:)?(?:meth|class|mod|func|attr|data|exc|obj|const):`")
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "docs" / f"{name}.py")
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-check_rendered = _load("check_rendered")
+check_rendered = load_script(REPO / "docs" / "check_rendered.py", "check_rendered")
 
 
 # --- the check make docs runs ----------------------------------------------------------------

@@ -5,32 +5,16 @@ data and on the page."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from chaos import campaign
+from tests.conftest import REPO, load_script
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "docs" / f"{name}.py")
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load("gen_figures")
+gen = load_script(REPO / "docs" / "gen_figures.py", "gen_figures")
 
 
 def test_the_pages_are_what_the_data_renders() -> None:

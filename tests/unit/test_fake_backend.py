@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import inspect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import dispatch_kubeflow as dk
 from dispatch_kubeflow.core.identity import ExecutionIdentity
 from dispatch_kubeflow.testing import FakeBackend, register_fake
 from tests.behaviour import suite
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 PLAIN = {"namespace": "svc", "probeRuntime": {"name": "dispatch-kind"}}
 KUEUE = {**PLAIN, "kueue": {"localQueue": "lq"}}
@@ -319,17 +318,7 @@ def test_controls_refuse_what_the_cluster_would_not_do() -> None:
 
 # --- the docs' example (docs/testing.md includes examples/service_test.py) -------------------
 
-def _example() -> Any:
-    path = REPO / "examples/service_test.py"
-    spec = importlib.util.spec_from_file_location("service_test_example", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-EXAMPLE = _example()
+EXAMPLE: Any = load_script(REPO / "examples/service_test.py", "service_test_example")
 
 
 @pytest.mark.asyncio
