@@ -195,8 +195,7 @@ class Readmission:
         await self._act(key, d.trainjob)
 
     async def _keep_hold(self, key: Key, tj_name: str) -> None:
-        """Put the TrainJob's hold back on its Workload (re-made under the hold).
-
+        """Put the TrainJob's hold back on its Workload (re-made, or resumed, under it).
         The TrainJob is read live, after the Workload: Release clears the TrainJob's record
         before it reactivates the Workload, so a record still there when read live belongs
         to a hold whose Workload release has not happened yet, and the write carries the
@@ -209,11 +208,9 @@ class Readmission:
         if wl is None:
             return
         tj = await self.reads.trainjob(wl, ns, tj_name, True)
-        if not hold.lacks_hold(tj, wl):
+        if not hold.lacks_hold(tj, wl) or not self.elector.is_leader():
             return
         held = hold.record(tj) or {}
-        if not self.elector.is_leader():
-            return
         try:
             await self.kube.patch(WORKLOAD, name, hold.keep_patch(wl, held), ns, kind="merge")
         except errors.KubeConflict:
@@ -225,9 +222,11 @@ class Readmission:
                  {"workload": f"{ns}/{name}"})
         self.metrics.decisions.labels("held").inc()
         instance = held.get(names.HOLD_INSTANCE, "")
-        note = (f"TrainJob {tj_name} records hold instance {instance} and its Workload "
-                "carried none (made after the hold, or the hold not written there yet): "
-                "deactivated it with the same record")
+        note = (f"TrainJob {tj_name} records hold instance {instance} and its Workload " + (
+            "was resumed outside dispatch: deactivated it again; a dispatch hold ends with "
+            "dispatch release or its expiry" if hold.instance(wl) else "carried none (made "
+            "after the hold, or the hold not written there yet): deactivated it with the "
+            "same record"))
         log.info("workload %s/%s: %s", ns, name, note,
                  extra={"workload": f"{ns}/{name}", "trainjob": tj_name,
                         "hold_instance": instance})

@@ -20,7 +20,9 @@ row    condition                                                          state 
                                                                           held
 6      Kueue: Workload ``spec.active=false`` without dispatch's hold;     holding /   0
        plain: ``spec.suspend=true`` after the job was opened (A > 0)      held (as 5)
-       without dispatch's hold — someone else stopped it
+       without dispatch's hold — someone else stopped it (kueuectl
+       stop workload, a patch); the cause names the object and how to
+       resume it
 7      Kueue: ``kueue.x-k8s.io/admission-gated-by`` on the TrainJob       gated       0
        non-empty; plain: ``spec.suspend=true`` and never opened (A = 0)
 8      Kueue: no Workload yet                                             queued      0
@@ -147,14 +149,17 @@ def observe(trainjob: Obj | None, workload: Obj | None, pods: Sequence[Obj]) -> 
         return obs(stopping, detail, "Held", hold=hold.instance(holder),
                    until=parse_time(record.get(names.HOLD_UNTIL)))
 
+    # Someone stopped it with Kueue's or Kubernetes' own tools (kueuectl stop workload, a
+    # patch): dispatch never undoes that, so the cause names the object and how to resume.
     if kueue and workload is not None and (workload.get("spec") or {}).get("active") is False:
-        cond = condition(workload, "Evicted") or condition(workload, "DeactivationTarget") or {}
-        detail = "Workload deactivated, not by dispatch"
-        if cond.get("message"):
-            detail += f": {cond['message']}"
+        wl = meta(workload).get("name", "")
+        detail = (f"stopped outside dispatch: Workload {wl} has spec.active=false; "
+                  f"kueuectl resume workload {wl} runs it again")
         return obs(stopping, _left(detail, n_alive), "Deactivated")
     if not kueue and suspended(trainjob) and a > 0:
-        return obs(stopping, _left("TrainJob suspended, not by dispatch", n_alive), "Suspended")
+        detail = ("stopped outside dispatch: TrainJob spec.suspend=true; setting it false "
+                  "runs it again")
+        return obs(stopping, _left(detail, n_alive), "Suspended")
 
     if kueue:
         gated_by = gates(trainjob)

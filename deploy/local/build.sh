@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the local cluster's binaries from the Go module proxy into the cache.
-# Usage: build.sh [component...]   (default: all)
+# Usage: build.sh [component...]   (default: all the cluster runs; kueuectl only when named)
 # A component already in the cache is not rebuilt; the cache lives outside git.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -71,6 +71,8 @@ main() {
               build_module_bin etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3
             fi ;;
       kueue) build_module_bin kueue "sigs.k8s.io/kueue@$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue ;;
+      # Kueue's own CLI, from the same pinned module; only the test of Kueue's tools needs it.
+      kueuectl) build_module_bin kueuectl "sigs.k8s.io/kueue@$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueuectl ;;
       jobset) build_module_bin jobset "sigs.k8s.io/jobset@$JOBSET_VERSION" sigs.k8s.io/jobset ;;
       trainer) build_module_bin trainer "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager ;;
       *) die "unknown component $c" ;;

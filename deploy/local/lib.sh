@@ -37,6 +37,7 @@ bin_path() { # a binary's cached path, versioned so a pin change rebuilds
   case $1 in
     kube-*|kubelet|kubectl) echo "$CACHE/bin/$1-$KUBERNETES_VERSION" ;;
     kueue) echo "$CACHE/bin/kueue-$KUEUE_VERSION" ;;
+    kueuectl) echo "$CACHE/bin/kueuectl-$KUEUE_VERSION" ;;
     jobset) echo "$CACHE/bin/jobset-$JOBSET_VERSION" ;;
     trainer) echo "$CACHE/bin/trainer-$TRAINER_VERSION" ;;
     etcd) echo "$CACHE/bin/etcd-$ETCD_VERSION" ;;

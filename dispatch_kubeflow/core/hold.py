@@ -77,8 +77,12 @@ def of_trainjob(workload: Obj, trainjob: Obj | None) -> Obj | None:
 
 def lacks_hold(trainjob: Obj | None, workload: Obj) -> bool:
     """Kueue mode: the TrainJob records a hold and its Workload (live, not being deleted)
-    carries none: the controller must put the hold back before anything else."""
-    return bool(instance(of_trainjob(workload, trainjob))) and not instance(workload) \
+    carries none, or carries it but is active again (resumed outside dispatch: kueuectl
+    resume workload, a patch): the controller must put the hold back before anything else.
+    Dispatch's own writes never leave that second state: its hold deactivates and records
+    in one patch, its release clears the TrainJob's record before it reactivates."""
+    return bool(instance(of_trainjob(workload, trainjob))) \
+        and (not instance(workload) or (workload.get("spec") or {}).get("active") is not False) \
         and not meta(workload).get("deletionTimestamp")
 
 

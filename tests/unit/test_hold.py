@@ -51,6 +51,10 @@ def with_hold(obj: Obj, instance: int = 1) -> Obj:
     return {**obj, "metadata": {**obj["metadata"], "annotations": record(instance)}}
 
 
+def deactivated(wl: Obj) -> Obj:
+    return {**wl, "spec": {**wl["spec"], "active": False}}
+
+
 # --- the rule (core.hold) ---------------------------------------------------------------------
 
 
@@ -70,6 +74,9 @@ def test_an_earlier_trainjob_of_the_same_name_lends_no_hold() -> None:
     assert hold.of_trainjob(workload(owner_uid="new"), tj) is None
     assert not hold.lacks_hold(tj, workload(owner_uid="new"))
     assert hold.lacks_hold(tj, workload(owner_uid="old"))
+    # A Workload that carries the record but is active again was resumed outside dispatch.
+    assert hold.lacks_hold(tj, with_hold(workload(owner_uid="old")))
+    assert not hold.lacks_hold(tj, deactivated(with_hold(workload(owner_uid="old"))))
     deleting = workload(owner_uid="old")
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert not hold.lacks_hold(tj, deleting)
@@ -119,7 +126,10 @@ def test_a_workload_of_a_held_trainjob_is_never_approved() -> None:
     tj = with_hold(owned())
     assert judged(workload(), owned()) == "approve"
     assert judged(workload(), tj) == "hold"  # re-made under the hold: put it back
-    assert judged(with_hold(workload()), tj) == "idle"  # it carries it already
+    assert judged(deactivated(with_hold(workload())), tj) == "idle"  # it carries it already
+    # Resumed outside dispatch (kueuectl resume workload, a patch of spec.active): the
+    # record is there but the Workload is active again: put the deactivation back.
+    assert judged(with_hold(workload()), tj) == "hold"
     other = {**tj, "metadata": {**tj["metadata"], "uid": "earlier"}}
     assert judged(workload(owner_uid="t1"), other) == "approve"  # not the Workload's
 
@@ -165,6 +175,24 @@ async def test_the_controller_puts_the_hold_back_and_approves_nothing(seed: int)
     assert len(w.events("HoldKept")) == 1
     await w.r.reconcile(KEY)  # carries it now: nothing more
     assert w.decisions("held") == 1
+
+
+@pytest.mark.asyncio
+async def test_a_hold_resumed_outside_dispatch_is_put_back() -> None:
+    """``kueuectl resume workload`` on a job dispatch holds: the Workload keeps the record
+    but is active again. Never approved either way; deactivated again, so it does not sit
+    on quota it can never use, and the Event says who may release it."""
+    w = await held_world()
+    w.k.write_now(WORKLOAD, WL, NS, {"metadata": {"annotations": record(2)},
+                                     "spec": {"active": True}})
+    await w.r.reconcile(KEY)
+    await w.r.settle()
+    assert wl_now(w)["spec"]["active"] is False
+    assert hold.record(wl_now(w)) == record(2)
+    assert w.check()["state"] == PENDING
+    [event] = w.events("HoldKept")
+    assert "resumed outside dispatch" in event["note"]
+    assert "dispatch release" in event["note"]
 
 
 @pytest.mark.asyncio

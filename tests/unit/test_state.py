@@ -119,7 +119,11 @@ ROWS: list[tuple[str, Any, Any, list[Any], ObjectState, str, int]] = [
     ("6 deactivated by someone else", trainjob(suspend=True),
      workload(active=False, conditions=[cond("Evicted", "True", "Deactivated",
                                              "The workload is deactivated")]), [],
-     ObjectState.HELD, "Workload deactivated, not by dispatch", 0),
+     ObjectState.HELD, f"stopped outside dispatch: Workload trainjob-{TJ}-1a2b3 has "
+     f"spec.active=false; kueuectl resume workload trainjob-{TJ}-1a2b3 runs it again", 0),
+    ("6 stopped outside dispatch, pods still going", trainjob(suspend=True),
+     workload(active=False), [pod()], ObjectState.HOLDING,
+     "runs it again; 1 pods still there", 0),
     ("7 our gate", trainjob(gate=names.GATE), workload(conditions=[GATED_QR]), [],
      ObjectState.GATED, "", 0),
     ("7 their gate", trainjob(gate="example.com/theirs"), workload(), [],
@@ -158,7 +162,8 @@ ROWS: list[tuple[str, Any, Any, list[Any], ObjectState, str, int]] = [
      [pod(phase="Succeeded")], ObjectState.HELD, "held by human:tutorial", 1),
     ("6 plain suspended by someone else",
      trainjob(kueue=False, suspend=True, ann={names.ADMISSION_COUNT: "1"}), None, [],
-     ObjectState.HELD, "TrainJob suspended, not by dispatch", 0),
+     ObjectState.HELD, "stopped outside dispatch: TrainJob spec.suspend=true; setting it "
+     "false runs it again", 0),
     ("7 plain gated", trainjob(kueue=False, suspend=True), None, [], ObjectState.GATED, "", 0),
     ("14 plain running", trainjob(kueue=False, suspend=False, ann={names.ADMISSION_COUNT: "1"}),
      None, [pod()], ObjectState.RUNNING, "1 of 1 pods running", 0),
