@@ -13,68 +13,44 @@ closed (the pod's create is retried), for as long as the watch takes to bring th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
 from collections.abc import Callable
 
+from admission.keeper import Keeper, Obj
 from admission.lease import LeaderElector
 from admission.tls import SECRET, TlsMaterial, of_secret, secret_body
 from dispatch_kubeflow.core import errors
-from dispatch_kubeflow.kube import KubeAPI, WatchEvent
+from dispatch_kubeflow.kube import KubeAPI
 
 log = logging.getLogger(__name__)
 
 
-class SecretKeeper:
-    RETRY = (0.5, 30.0)
-    """Seconds before another try after a failed create: first, and at most."""
+class SecretKeeper(Keeper):
+    """The shared TLS Secret (the module docstring; :class:`~admission.keeper.Keeper`)."""
 
     def __init__(self, kube: KubeAPI, elector: LeaderElector, namespace: str, name: str,
                  material: TlsMaterial, serving: ssl.SSLContext,
                  on_change: Callable[[TlsMaterial], None]) -> None:
-        self.kube = kube
-        self.elector = elector
-        self.namespace = namespace
-        self.name = name
+        super().__init__(kube, elector, SECRET, name, namespace)
         self.material = material
         """What this replica serves now."""
         self.serving = serving
         self.on_change = on_change
         """Told the new material once it is served (the webhook configuration's caBundle)."""
         self._gone = False
-        self._look = asyncio.Event()
-        elector.on_change(self._on_leadership)
 
-    def _on_leadership(self, leading: bool) -> None:
-        if leading and self._gone:  # deleted while another replica led
-            self._look.set()
+    def cannot_watch(self, exc: errors.KubeError) -> None:
+        # RBAC older than this controller (no list and watch by name): it serves what it
+        # loaded at start, as before the keeper.
+        log.error("cannot watch Secret %s/%s (%s): a rotated or re-made certificate is "
+                  "taken up at the next restart only; apply deploy/admission's RBAC",
+                  self.namespace, self.name, exc)
 
-    async def run(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._watch())
-            tg.create_task(self._keep())
-
-    async def _watch(self) -> None:
-        try:
-            async for ev in self.kube.observe(SECRET, self.namespace,
-                                              field_selector=f"metadata.name={self.name}"):
-                self.seen(ev)
-        except (errors.KubeForbidden, errors.KubeNotFound) as exc:
-            # RBAC older than this controller (no list and watch by name): it serves what it
-            # loaded at start, as before the keeper.
-            log.error("cannot watch Secret %s/%s (%s): a rotated or re-made certificate is "
-                      "taken up at the next restart only; apply deploy/admission's RBAC",
-                      self.namespace, self.name, exc)
-
-    def seen(self, ev: WatchEvent) -> None:
-        if ev.type == "SYNC":
-            current = next(iter(ev.items), None)
-        else:
-            current = None if ev.type == "DELETED" else ev.object
+    def observed(self, current: Obj | None) -> None:
         if current is None:
             self._gone = True
-            self._look.set()
+            self.look()
             return
         self._gone = False
         material = of_secret(current)
@@ -90,26 +66,16 @@ class SecretKeeper:
                      self.namespace, self.name)
             self.on_change(material)
 
-    async def _keep(self) -> None:
-        """As the leader, while the Secret is gone: make it again, holding what every
-        replica serves now. A create by name, so two leaders in turn cannot make two."""
-        delay = self.RETRY[0]
-        while True:
-            await self._look.wait()
-            self._look.clear()
-            if not self._gone or not self.elector.is_leader():
-                continue
-            try:
-                await self.kube.create(SECRET, secret_body(self.namespace, self.name,
-                                                           self.material), self.namespace)
-                log.info("made Secret %s/%s again from the certificate the replicas serve",
-                         self.namespace, self.name)
-                delay = self.RETRY[0]
-            except errors.KubeConflict:
-                pass  # made meanwhile: its event follows
-            except errors.KubeError as exc:
-                log.warning("cannot make Secret %s/%s again: %s; again in %.1fs",
-                            self.namespace, self.name, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.RETRY[1])
-                self._look.set()
+    def due(self) -> bool:
+        return self._gone
+
+    async def write(self) -> None:
+        """Make it again, holding what every replica serves now. A create by name, so two
+        leaders in turn cannot make two."""
+        try:
+            await self.kube.create(SECRET, secret_body(self.namespace or "", self.name,
+                                                       self.material), self.namespace)
+            log.info("made Secret %s/%s again from the certificate the replicas serve",
+                     self.namespace, self.name)
+        except errors.KubeConflict:
+            pass  # made meanwhile: its event follows

@@ -9,14 +9,14 @@ restart), or makes it again when it is deleted (:class:`ConfigurationKeeper`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
 
+from admission.keeper import Keeper
 from admission.lease import LeaderElector
 from dispatch_kubeflow.core import errors, names
-from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent
+from dispatch_kubeflow.kube import KubeAPI, Resource
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +118,9 @@ def _same(cur: Obj, want: Obj) -> bool:
     return all(have.get(k) == v for k, v in need.items())
 
 
-class ConfigurationKeeper:
+class ConfigurationKeeper(Keeper):
     """The leader writes the configuration again whenever the watch shows it different or
-    gone, and when it starts leading (a follower only watches).
+    gone, and when it starts leading (a follower only watches; :class:`~admission.keeper.Keeper`).
 
     Making it again needs ``create``, which RBAC cannot limit to one name; the policy
     ``dispatch-admission-controller-writes`` limits what the controller may create to this
@@ -128,22 +128,13 @@ class ConfigurationKeeper:
     refused (RBAC older than this controller) a deletion is an error in the log, naming the
     fix, until someone applies it again."""
 
-    RETRY = (0.5, 30.0)
-    """Seconds before another try after a failed write: first, and at most."""
-
     def __init__(self, kube: KubeAPI, elector: LeaderElector, client: ClientConfig,
                  ca_bundle: str) -> None:
-        self.kube = kube
-        self.elector = elector
+        super().__init__(kube, elector, MUTATING_WEBHOOK_CONFIGURATION,
+                         names.WEBHOOK_CONFIGURATION)
         self.want = webhook_configuration(client, ca_bundle)
         self.client = client
         self.ca_bundle = ca_bundle
-        self._look = asyncio.Event()
-        elector.on_change(self._on_leadership)
-
-    def _on_leadership(self, leading: bool) -> None:
-        if leading:
-            self._look.set()
 
     def use_ca(self, ca_bundle: str) -> None:
         """The replicas serve a certificate of another CA now (the shared TLS Secret
@@ -151,54 +142,26 @@ class ConfigurationKeeper:
         if ca_bundle != self.ca_bundle:
             self.ca_bundle = ca_bundle
             self.want = webhook_configuration(self.client, ca_bundle)
-            self._look.set()
+            self.look()
 
-    def _seen(self, ev: WatchEvent) -> None:
-        if ev.type == "SYNC":
-            current = next(iter(ev.items), None)
-        else:
-            current = None if ev.type == "DELETED" else ev.object
+    def observed(self, current: Obj | None) -> None:
         if current is None or not _same(current, self.want):
-            self._look.set()
+            self.look()
 
-    async def run(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._watch())
-            tg.create_task(self._keep())
+    def cannot_watch(self, exc: errors.KubeError) -> None:
+        # RBAC older than this controller (no list and watch by name): it still runs, as
+        # before the keeper, and says what it cannot do.
+        log.error("cannot watch MutatingWebhookConfiguration %s (%s): it is written at "
+                  "start only; apply deploy/admission's RBAC to keep it",
+                  names.WEBHOOK_CONFIGURATION, exc)
 
-    async def _watch(self) -> None:
+    async def write(self) -> None:
         try:
-            async for ev in self.kube.observe(
-                    MUTATING_WEBHOOK_CONFIGURATION,
-                    field_selector=f"metadata.name={names.WEBHOOK_CONFIGURATION}"):
-                self._seen(ev)
-        except (errors.KubeForbidden, errors.KubeNotFound) as exc:
-            # RBAC older than this controller (no list and watch by name): it still runs,
-            # as before the keeper, and says what it cannot do.
-            log.error("cannot watch MutatingWebhookConfiguration %s (%s): it is written at "
-                      "start only; apply deploy/admission's RBAC to keep it",
+            await ensure_configuration(self.kube, self.client, self.ca_bundle)
+        except errors.KubeForbidden as exc:
+            # Not allowed to make it (RBAC older than this controller): say what to do.
+            log.error("MutatingWebhookConfiguration %s is gone and this controller may "
+                      "not make it (%s): dispatch pods are made with no identity and no "
+                      "gate until it is applied again (kubectl apply -f "
+                      "deploy/admission/webhook.yaml, and deploy/admission's RBAC)",
                       names.WEBHOOK_CONFIGURATION, exc)
-
-    async def _keep(self) -> None:
-        delay = self.RETRY[0]
-        while True:
-            await self._look.wait()
-            self._look.clear()
-            if not self.elector.is_leader():
-                continue
-            try:
-                await ensure_configuration(self.kube, self.client, self.ca_bundle)
-                delay = self.RETRY[0]
-            except errors.KubeForbidden as exc:
-                # Not allowed to make it (RBAC older than this controller): say what to do.
-                log.error("MutatingWebhookConfiguration %s is gone and this controller may "
-                          "not make it (%s): dispatch pods are made with no identity and no "
-                          "gate until it is applied again (kubectl apply -f "
-                          "deploy/admission/webhook.yaml, and deploy/admission's RBAC)",
-                          names.WEBHOOK_CONFIGURATION, exc)
-            except errors.KubeError as exc:
-                log.warning("cannot write MutatingWebhookConfiguration %s: %s; again in %.1fs",
-                            names.WEBHOOK_CONFIGURATION, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.RETRY[1])
-                self._look.set()
