@@ -66,6 +66,9 @@ class Config:
     tls_key: str = ""
     tls_ca: str = ""
     tls_secret: str = ""
+    client_ca: str = ""
+    """A CA bundle file: when set, the webhook requires the API server's client certificate
+    it signed (mutual TLS); unset, it serves anyone who reaches it."""
     metrics_listen: str = ""
     health_listen: str = ""
     faults: tuple[str, ...] = ()
@@ -172,7 +175,7 @@ class Controller:
             await self.health.start(health=c.health_listen or None,
                                     metrics=c.metrics_listen or None)
             material = await self._tls()
-            serving = material.ssl_context()
+            serving = material.ssl_context(tls.client_ca(c.client_ca) if c.client_ca else b"")
             await self.webhook.start(c.webhook_listen, serving)
             if c.webhook_url or c.webhook_service:
                 client = ClientConfig(url=c.webhook_url, service=c.webhook_service)

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from urllib.parse import urlparse
 
-from admission import faults
+from admission import faults, tls
 from admission.app import Config, Controller
 from admission.observability import parse_listen, setup_logging
 from dispatch_kubeflow.core import errors, names
@@ -99,6 +99,11 @@ def parser() -> argparse.ArgumentParser:
     a("--tls-secret", default="",
       help="Secret in --namespace holding (or, created on first use, to hold) the serving "
            "certificate that every replica shares")
+    a("--client-ca", default="",
+      help="CA bundle (PEM) that signs the API server's client certificate for admission "
+           "webhooks (its AdmissionConfiguration's kubeConfigFile): the webhook then "
+           "requires that certificate and refuses every other caller in the TLS handshake "
+           "(docs/install-admission.md, 'Mutual TLS')")
     a("--metrics-listen", type=_listen, default=None, help="host:port for /metrics (off if unset)")
     a("--health-listen", type=_listen, default=None,
       help="host:port for /healthz and /readyz (off if unset)")
@@ -121,7 +126,8 @@ def config_from(ns: argparse.Namespace) -> Config:
         retry_period=ns.retry_period, webhook_listen=ns.webhook_listen,
         webhook_url=ns.webhook_url or "", webhook_service=ns.webhook_service or "",
         tls_cert=ns.tls_cert, tls_key=ns.tls_key, tls_ca=ns.tls_ca, tls_secret=ns.tls_secret,
-        metrics_listen=ns.metrics_listen or "", health_listen=ns.health_listen or "",
+        client_ca=ns.client_ca, metrics_listen=ns.metrics_listen or "",
+        health_listen=ns.health_listen or "",
         workers=ns.workers, faults=tuple(ns.fault))
 
 
@@ -134,6 +140,11 @@ def validate(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     if not ns.retry_period < ns.renew_deadline < ns.lease_duration:
         p.error("need --retry-period < --renew-deadline < --lease-duration "
                 f"(got {ns.retry_period} < {ns.renew_deadline} < {ns.lease_duration})")
+    if ns.client_ca:
+        try:
+            tls.client_ca(ns.client_ca)
+        except errors.SettingsError as exc:
+            p.error(str(exc))
     if ns.kubeconfig and not os.access(ns.kubeconfig, os.R_OK):
         p.error(f"--kubeconfig: cannot read {ns.kubeconfig}")
 

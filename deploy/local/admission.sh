@@ -122,6 +122,13 @@ start() {
   kubectl=$(find_kubectl) || die "no kubectl: put one on PATH or set KUBECTL"
   install "$kubectl" "$kubeconfig"
   controller_kubeconfig "$kubectl" "$kubeconfig" "$state/controller.kubeconfig"
+  # Mutual TLS as the deployed controller has it, when the cluster ships the client CA.
+  local client_ca=()
+  if "$kubectl" --kubeconfig "$kubeconfig" -n dispatch-system get configmap \
+      dispatch-admission-client-ca -o 'jsonpath={.data.ca\.crt}' >"$state/client-ca.crt" 2>/dev/null \
+      && [ -s "$state/client-ca.crt" ]; then
+    client_ca=(--client-ca "$state/client-ca.crt")
+  fi
   # The controller outlives this script: it must not inherit the caller's open files (a
   # `flock /tmp/dk-cluster.lock` around this script would otherwise stay locked for as long
   # as the controller runs), so every descriptor above stderr is closed first.
@@ -129,7 +136,7 @@ start() {
   (cd "$repo" && close_inherited_fds && exec setsid "$python" -m admission \
       --kubeconfig "$state/controller.kubeconfig" --identity "$identity" \
       --webhook-listen "127.0.0.1:$port" --webhook-url "https://127.0.0.1:$port" \
-      --tls-secret dispatch-admission-host-tls \
+      --tls-secret dispatch-admission-host-tls "${client_ca[@]}" \
       --health-listen "$health" --metrics-listen "$metrics" ${ADMISSION_ARGS:-} \
       >>"$logfile" 2>&1 </dev/null) &
   echo $! >"$pidfile"

@@ -180,6 +180,25 @@ log "starting kube-apiserver"
 # The host runs no kube-proxy, so the API server reaches Services (the admission webhook) at
 # their endpoints' pod addresses (--enable-aggregator-routing). Pods of a lost node are
 # evicted 10 s after it goes NotReady (kind's default is 300 s) so that node faults show fast.
+# Admission webhooks get the API server's client certificate (a CA of its own, pki.sh):
+# dispatch-admission requires it (mutual TLS, docs/install-admission.md). By name for the
+# Service; '*' for the host replicas' loopback URLs, whose ports vary (other webhooks here
+# ask for no client certificate, so they are sent none).
+{
+  printf 'apiVersion: v1\nkind: Config\nusers:\n'
+  for n in dispatch-admission.dispatch-system.svc dispatch-admission.dispatch-system.svc:443 '*'; do
+    printf -- "- name: '%s'\n  user: {client-certificate: %s, client-key: %s}\n" "$n" \
+      "$P/apiserver-webhook-client.crt" "$P/apiserver-webhook-client.key"
+  done
+} > "$STATE/webhook-client.kubeconfig"
+{
+  printf 'apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n'
+  for plugin in MutatingAdmissionWebhook ValidatingAdmissionWebhook; do
+    printf -- "- name: %s\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n" "$plugin"
+    printf -- "    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: %s\n" \
+      "$STATE/webhook-client.kubeconfig"
+  done
+} > "$STATE/admission-control.yaml"
 # shellcheck disable=SC2054  # the commas are inside flag values (Node,RBAC)
 apiserver_cmd=("$(resolve_bin kube-apiserver)" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" --etcd-prefix "/dispatch-local" \
@@ -187,6 +206,7 @@ apiserver_cmd=("$(resolve_bin kube-apiserver)" \
   --service-cluster-ip-range 10.96.0.0/16 \
   --client-ca-file "$P/ca.crt" --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" \
   --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+  --admission-control-config-file "$STATE/admission-control.yaml" \
   --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$P/sa.pub" \
   --service-account-signing-key-file "$P/sa.key" --api-audiences https://kubernetes.default.svc \
   --kubelet-client-certificate "$P/apiserver-kubelet-client.crt" \
@@ -465,12 +485,28 @@ if [ "${DISPATCH_CONTROLLER:-cluster}" = cluster ]; then
   # library logs in as.
   O=$STATE/admission
   mkdir -p "$O"
+  cp "$P/webhook-client-ca.crt" "$O/ca.crt"
+  pod_ranges=$(for i in "${!NODES[@]}"; do printf '"%s.0/24"\n' "$(pod_prefix "$i")"; done | paste -sd,)
   cat > "$O/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [$(python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$repo/deploy/admission" "$O")]
 images: [{name: localhost/dispatch-admission, newTag: kind}]
+# Mutual TLS: the webhook requires the API server's client certificate (see above). The
+# NetworkPolicy with this cluster's pod ranges (checked by the API server; not enforced
+# here: the local pod network has no policy engine).
+components:
+  - $(python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$repo/deploy/admission/mtls" "$O")
+  - $(python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$repo/deploy/admission/networkpolicy" "$O")
+configMapGenerator:
+  - {name: dispatch-admission-client-ca, namespace: dispatch-system, files: [ca.crt]}
+generatorOptions: {disableNameSuffixHash: true}
 patches:
+  - target: {kind: NetworkPolicy, name: dispatch-admission}
+    patch: |
+      - op: replace
+        path: /spec/ingress/0/from/0/ipBlock/except
+        value: [$pod_ranges]
   - target: {kind: Deployment, name: dispatch-admission}
     patch: |
       apiVersion: apps/v1

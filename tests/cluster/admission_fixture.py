@@ -54,6 +54,8 @@ DEPLOYMENT = r.Resource("apps", "v1", "deployments", "Deployment")
 # deploy/admission's Deployment, Service and pod label (not names.CONTROLLER_NAME, the
 # AdmissionCheck's controllerName).
 DEPLOYMENT_NAME = "dispatch-admission"
+CLIENT_CA_CONFIGMAP = "dispatch-admission-client-ca"
+"""The CA of the API server's client certificate for webhooks (deploy/admission/mtls)."""
 DEPLOYED_REPLICAS = 2
 RESOURCE_FLAVOR = r.Resource(names.KUEUE_GROUP, names.KUEUE_VERSION, "resourceflavors",
                              "ResourceFlavor", namespaced=False)
@@ -128,6 +130,21 @@ class AdmissionHandle:
              names.CONTROLLER_NAMESPACE, "get", "deployment", DEPLOYMENT_NAME],
             capture_output=True, check=False).returncode == 0
 
+    def client_ca(self) -> list[str]:
+        """``--client-ca`` as the deployed controller has it (the ConfigMap the mtls component
+        mounts), so host replicas too serve only the API server; none without it."""
+        if not self.admin_kubeconfig:
+            return []
+        done = subprocess.run(
+            [kubectl_binary(), "--kubeconfig", self.admin_kubeconfig, "-n",
+             names.CONTROLLER_NAMESPACE, "get", "configmap", CLIENT_CA_CONFIGMAP, "-o",
+             r"jsonpath={.data.ca\.crt}"], capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not done.stdout.strip():
+            return []
+        path = self.state / "client-ca.crt"
+        path.write_text(done.stdout)
+        return ["--client-ca", str(path)]
+
     def none(self) -> None:
         """No controller at all for a while (the next start() or deployed() brings one): the
         Deployment scaled to zero and host replicas stopped. Its AdmissionCheck goes
@@ -194,7 +211,7 @@ class AdmissionHandle:
                "--health-listen", f"127.0.0.1:{health}",
                "--lease-duration", str(self.lease_duration),
                "--renew-deadline", str(self.renew_deadline),
-               "--retry-period", str(self.retry_period), *args]
+               "--retry-period", str(self.retry_period), *self.client_ca(), *args]
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
                                     env={**os.environ, **(env or {})})

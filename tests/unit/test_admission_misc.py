@@ -186,3 +186,25 @@ def test_the_deployment_ships_a_disruption_budget_that_keeps_one_webhook_up() ->
     assert pdb["kind"] == "PodDisruptionBudget"
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert 1 <= pdb["spec"]["minAvailable"] < deployment["spec"]["replicas"]
+
+
+def test_the_network_policy_opens_the_webhook_port_to_no_pod() -> None:
+    """deploy/admission/networkpolicy: the webhook port only from address blocks that
+    except the pod network (the API server calls from its node), never from a pod or
+    namespace selector; it selects the Deployment's pods by the ports they name."""
+    root = Path(__file__).parents[2] / "deploy" / "admission"
+    policy = yaml.safe_load((root / "networkpolicy" / "networkpolicy.yaml").read_text())
+    component = yaml.safe_load((root / "networkpolicy" / "kustomization.yaml").read_text())
+    assert component["kind"] == "Component"
+    assert component["resources"] == ["networkpolicy.yaml"]
+    deployment = yaml.safe_load((root / "deployment.yaml").read_text())
+    pod = deployment["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["metadata"]["namespace"] == "dispatch-system"
+    ports = {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    rules = policy["spec"]["ingress"]
+    assert {p["port"] for rule in rules for p in rule["ports"]} == ports
+    [webhook] = [rule for rule in rules if {"port": "webhook", "protocol": "TCP"} in rule["ports"]]
+    assert webhook["from"]
+    assert all(set(peer) == {"ipBlock"} and peer["ipBlock"]["except"]
+                                   for peer in webhook["from"])
