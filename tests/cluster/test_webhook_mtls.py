@@ -5,8 +5,9 @@ a client certificate (from a CA of its own) to admission webhooks, and deploys t
 controller with deploy/admission/mtls, which requires it. Here, against each deployed
 replica at its pod address: a review with no certificate, and one with the cluster CA's
 admin certificate (the CA that also signs every node's and controller's identity), are
-refused in the handshake, and the replica's review counter does not move, so no review was
-judged and nothing of the cluster was read for it; the same review with the API server's
+refused in the handshake, as is one through the API server's pod proxy (whoever may use
+pods/proxy), and the replica's review counter does not move, so no review was judged and
+nothing of the cluster was read for it; the same review with the API server's
 certificate is answered (the refusal is about who asks); dispatch pods still get their
 identity through the API server. An ordinary pod has neither certificate: its ServiceAccount
 token is no TLS identity, so the no-certificate case is its case.
@@ -15,45 +16,37 @@ token is no TLS identity, so the no-certificate case is its case.
 from __future__ import annotations
 
 import asyncio
-import base64
 import http.client
 import json
 import ssl
+import subprocess
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from admission.webhook_config import PATH
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
-from tests.cluster.admission_fixture import DEPLOYMENT, DEPLOYMENT_NAME, AdmissionHandle
-from tests.cluster.helpers import STATE_ROOT
+from tests.cluster.admission_fixture import (
+    DEPLOYMENT,
+    DEPLOYMENT_NAME,
+    AdmissionHandle,
+    kubectl_binary,
+)
 from tests.cluster.test_admission_cluster import ns  # noqa: F401  (fixture)
 from tests.cluster.test_deployment import pods_get_their_identity
-from tests.conftest import LOCAL_CLUSTER
+from tests.cluster.webhook_client import ADMIN, API_SERVER, post, serving_ca
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 
-PKI = STATE_ROOT / LOCAL_CLUSTER / "pki"
-REVIEW = json.dumps({
+REVIEW: dict[str, Any] = {
     "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
     "request": {"uid": "mtls-probe", "namespace": "default", "object": {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "labels": {
             names.JOBSET_NAME_LABEL: "no-such-trainjob"}},
-        "spec": {"containers": [{"name": "node", "image": "x"}]}}}}).encode()
-
-
-async def replica_ips(kube: Kube) -> list[str]:
-    pods, _ = await kube.list(r.POD, names.CONTROLLER_NAMESPACE,
-                              label_selector=f"app.kubernetes.io/name={DEPLOYMENT_NAME}")
-    ips = [p["status"]["podIP"] for p in pods if (p.get("status") or {}).get("podIP")
-           and p["status"].get("phase") == "Running" and not p["metadata"].get(
-               "deletionTimestamp")]
-    assert ips, "no running replica"
-    return ips
+        "spec": {"containers": [{"name": "node", "image": "x"}]}}}}
+REFUSED = (ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)
 
 
 def reviews(ip: str) -> float:
@@ -64,40 +57,45 @@ def reviews(ip: str) -> float:
                if line.startswith("dispatch_admission_webhook_reviews_total"))
 
 
-def post(ip: str, serving_ca: str, cert: tuple[Path, Path] | None) -> int:
-    """POST the review to the replica as the holder of ``cert``; the HTTP status."""
-    ctx = ssl.create_default_context(cadata=serving_ca)
-    ctx.check_hostname = False  # by pod address; the certificate names the Service
-    if cert is not None:
-        ctx.load_cert_chain(*cert)
-    conn = http.client.HTTPSConnection(ip, 9443, context=ctx, timeout=10)
-    try:
-        conn.request("POST", PATH, REVIEW, {"Content-Type": "application/json"})
-        return conn.getresponse().status
-    finally:
-        conn.close()
-
-
-@pytest.mark.skipif(not (PKI / "webhook-client-ca.crt").exists(),
+@pytest.mark.skipif(API_SERVER is None,
                     reason="not the local cluster (its API server's webhook client certificate)")
 async def test_the_webhook_serves_the_api_server_and_nobody_else(
-        kube: Kube, ns: str, admission: AdmissionHandle) -> None:  # noqa: F811
+        kubeconfig: str, kube: Kube, ns: str, admission: AdmissionHandle) -> None:  # noqa: F811
+    assert API_SERVER is not None
     await admission.deployed(kube)
     dep = await kube.get(DEPLOYMENT, DEPLOYMENT_NAME, names.CONTROLLER_NAMESPACE)
     args: list[Any] = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert any(str(a).startswith("--client-ca=") for a in args), args
-    secret = await kube.get(r.Resource("", "v1", "secrets", "Secret"),
-                            "dispatch-admission-tls", names.CONTROLLER_NAMESPACE)
-    serving_ca = base64.b64decode(secret["data"]["ca.crt"]).decode()
-    admin = (PKI / "admin.crt", PKI / "admin.key")
-    api_server = (PKI / "apiserver-webhook-client.crt", PKI / "apiserver-webhook-client.key")
-    for ip in await replica_ips(kube):
+    ca = await serving_ca(kube)
+    pods, _ = await kube.list(r.POD, names.CONTROLLER_NAMESPACE,
+                              label_selector=f"app.kubernetes.io/name={DEPLOYMENT_NAME}")
+    for ip, name in [(ip, p["metadata"]["name"]) for p in pods for ip in [pod_ip(p)] if ip]:
         before = await asyncio.to_thread(reviews, ip)
-        for cert in (None, admin):  # an ordinary pod's case; the cluster CA's admin
-            with pytest.raises((ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)):
-                await asyncio.to_thread(post, ip, serving_ca, cert)
+        for cert in (None, ADMIN):  # an ordinary pod's case; the cluster CA's admin
+            with pytest.raises(REFUSED):
+                await asyncio.to_thread(post, ip, ca, cert, REVIEW)
+        # Through the API server's pod proxy (whoever may use pods/proxy): no certificate.
+        proxied = await asyncio.to_thread(through_pod_proxy, kubeconfig, name)
+        assert proxied.returncode != 0, proxied.stdout
         assert await asyncio.to_thread(reviews, ip) == before, \
             f"{ip} judged a review from a caller it should have refused"
-        assert await asyncio.to_thread(post, ip, serving_ca, api_server) == 200
+        status, _ = await asyncio.to_thread(post, ip, ca, API_SERVER, REVIEW)
+        assert status == 200
         assert await asyncio.to_thread(reviews, ip) == before + 1
     await pods_get_their_identity(kube, ns, admission)
+
+
+def through_pod_proxy(kubeconfig: str, pod: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [kubectl_binary(), "--kubeconfig", kubeconfig, "create", "--raw",
+         f"/api/v1/namespaces/{names.CONTROLLER_NAMESPACE}/pods/https:{pod}:9443/proxy"
+         "/mutate-pods", "-f", "-"], input=json.dumps(REVIEW), capture_output=True, text=True,
+        check=False, timeout=60)
+
+
+def pod_ip(pod: dict[str, Any]) -> str:
+    """A running replica's address ("" for one going or not running)."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+        return ""
+    return str(status.get("podIP") or "")
