@@ -5,7 +5,7 @@ KUBECONFIG_LOCAL ?= /tmp/$(CLUSTER).kubeconfig
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test venv lint unit packaging verify cluster-up cluster-down docs bench bench-tenants chaos clean paths
+.PHONY: demo test venv lint unit packaging verify cluster-up cluster-down docs bench bench-tenants chaos clean paths mk-up mk-down
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -61,6 +61,14 @@ cluster-up: venv
 
 cluster-down:
 	deploy/local/down.sh $(CLUSTER)
+
+## mk-up, mk-down: three local clusters for MultiKueue, a Kueue manager and two workers
+## (deploy/local/multikueue.sh; docs/local-cluster.md). Not part of `test`.
+mk-up: venv
+	deploy/local/multikueue.sh up
+
+mk-down:
+	deploy/local/multikueue.sh down
 
 ## docs: check the generated pages (the configuration reference, the kubectl captures, the
 ## figures of docs/data/, whose plots it draws), fetch the pinned Mermaid from the npm

@@ -31,6 +31,27 @@ KUBECONFIG_OUT=$2
 [[ $CLUSTER_NAME =~ ^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?$ ]] || { echo "error: bad NAME '$CLUSTER_NAME'" >&2; usage; }
 [ -n "$KUBECONFIG_OUT" ] || usage
 [ "$(id -u)" = 0 ] || die "must run as root: it starts kubelets, mounts, bridges and iptables chains"
+# Kueue's Configuration as a MultiKueue manager's (multikueue.sh sets both for its manager;
+# unset, every cluster's is the same): KUEUE_FRAMEWORKS, comma-separated, replaces the
+# integrations; KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT adds a multiKueue section with it.
+kueue_frameworks='"batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob"'
+if [ -n "${KUEUE_FRAMEWORKS:-}" ]; then
+  kueue_frameworks=
+  IFS=, read -ra fws <<< "$KUEUE_FRAMEWORKS"
+  for fw in "${fws[@]}"; do
+    case $fw in
+      batch/job|jobset.x-k8s.io/jobset|trainer.kubeflow.org/trainjob) ;;
+      *) die "KUEUE_FRAMEWORKS: '$fw': only batch/job, jobset.x-k8s.io/jobset and trainer.kubeflow.org/trainjob have their CRDs here" ;;
+    esac
+    kueue_frameworks+="${kueue_frameworks:+, }\"$fw\""
+  done
+fi
+kueue_multikueue=
+if [ -n "${KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT:-}" ]; then
+  [[ $KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT =~ ^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$ ]] \
+    || die "KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT '$KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT' is not a duration such as 2m"
+  kueue_multikueue="multiKueue: {workerLostTimeout: $KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT}"
+fi
 cluster_dirs "$CLUSTER_NAME"
 cluster_nodes "$CLUSTER_NAME"
 BRIDGE=$(bridge_name "$CLUSTER_NAME" br)
@@ -430,10 +451,11 @@ webhook: {port: $KUEUE_WEBHOOK_PORT, host: 127.0.0.1, certDir: $C/certs}
 metrics: {bindAddress: "0"}
 health: {healthProbeBindAddress: "127.0.0.1:$KUEUE_HEALTH_PORT"}
 integrations:
-  frameworks: ["batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob"]
+  frameworks: [$kueue_frameworks]
 # VisibilityOnDemand serves an aggregated API from a fixed cert path (/visibility); not used here.
 featureGates: {AdmissionGatedBy: true, VisibilityOnDemand: false}
 EOF
+if [ -n "$kueue_multikueue" ]; then echo "$kueue_multikueue" >> "$C/kueue.yaml"; fi
 cat > "$C/trainer.yaml" <<EOF
 apiVersion: config.trainer.kubeflow.org/v1alpha1
 kind: Configuration
