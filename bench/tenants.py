@@ -132,9 +132,17 @@ async def main() -> int:
             sys.exit(f"no controller process of cluster {a.cluster} found")
         idle = controller_mb(pids)
         alone = await dispatch_phase(kubeconfig, admin, a.jobs, a.quota, pids, f"{tag}a")
+        # Each phase's figures as soon as it ends: a later phase that fails loses no run.
+        print(f"alone: N = {a.jobs}, decision p50/p99 {pct(alone.decisions_ms, 50):.0f}/"
+              f"{pct(alone.decisions_ms, 99):.0f} ms, controller peak "
+              f"{alone.peak_rss.get('controller (per replica)', float('nan')):.0f} MB, "
+              f"lost/failed {alone.lost}/{alone.failed} (idle before: {idle:.0f} MB)",
+              flush=True)
         made = await make_foreign(admin, foreign_ns, a.foreign)
         await asyncio.sleep(a.settle)
         after = controller_mb(pids)
+        print(f"{a.foreign:,} foreign Workloads made in {made:.0f} s; controller "
+              f"{after:.0f} MB {a.settle:.0f} s later", flush=True)
         beside = await dispatch_phase(kubeconfig, admin, a.jobs, a.quota, pids, f"{tag}b")
         report(alone, beside, idle, after, a.foreign, made)
     finally:
