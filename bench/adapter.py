@@ -76,10 +76,7 @@ def settings(namespace: str) -> dict[str, Any]:
         "namespace": namespace,
         "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
         "kueue": {"localQueue": "lq", "admissionCheck": names.ADMISSION_CHECK},
-        # The probe ends once Kueue reports its Workload gated (about a second on an idle
-        # cluster); beside another team's 10,000 pending Workloads Kueue took longer than
-        # the seed's 10 s, and the Backend opened observe-only (bench/tenants.py, issue 28).
-        "timeouts": {"request": "10s", "stopJob": "3m", "preflightProbe": "60s"},
+        "timeouts": {"request": "10s", "stopJob": "3m", "preflightProbe": "10s"},
     }
 
 
