@@ -45,7 +45,7 @@ from tests.cluster.test_admission_cluster import (
     wait_running_pods,
     workload,
 )
-from tests.cluster.webhook_client import API_SERVER, post, serving_ca
+from tests.cluster.webhook_client import api_server_cert, post, serving_ca
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 __all__ = ["ns"]  # a fixture (a namespace with a ClusterQueue listing the check), used here
@@ -109,10 +109,11 @@ async def test_both_replicas_ready_on_the_control_plane_one_leads_both_serve(
                           # Nothing is made: a dry-run gets the identity unfenced (the pod is
                           # of no JobSet, which a real create would be refused for).
                           "dryRun": True}}
-    if API_SERVER is not None:
+    api_server = api_server_cert()
+    if api_server is not None:
         # Mutual TLS (the local cluster): as the API server, straight to the standby's pod.
         ip = next(p["status"]["podIP"] for p in pods if p["metadata"]["name"] == standby)
-        status, out = await asyncio.to_thread(post, ip, await serving_ca(kube), API_SERVER,
+        status, out = await asyncio.to_thread(post, ip, await serving_ca(kube), api_server,
                                               review)
         assert status == 200, out
     else:

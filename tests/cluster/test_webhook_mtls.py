@@ -9,8 +9,10 @@ refused in the handshake, as is one through the API server's pod proxy (whoever 
 pods/proxy), and the replica's review counter does not move, so no review was judged and
 nothing of the cluster was read for it; the same review with the API server's
 certificate is answered (the refusal is about who asks); dispatch pods still get their
-identity through the API server. An ordinary pod has neither certificate: its ServiceAccount
-token is no TLS identity, so the no-certificate case is its case.
+identity through the API server. Then an ordinary pod of the cluster (no dispatch label, its
+namespace's default ServiceAccount: a token is no TLS identity) sends the review to each
+replica: refused, and no review judged. The local pod network enforces no NetworkPolicy, so
+the pod reaches the replicas and mutual TLS alone refuses it.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from tests.cluster.admission_fixture import (
     AdmissionHandle,
     kubectl_binary,
 )
+from tests.cluster.helpers import IMAGE, eventually, pod_log
 from tests.cluster.test_admission_cluster import ns  # noqa: F401  (fixture)
 from tests.cluster.test_deployment import pods_get_their_identity
-from tests.cluster.webhook_client import ADMIN, API_SERVER, post, serving_ca
+from tests.cluster.webhook_client import ADMIN, api_server_cert, post, serving_ca
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio]
 
@@ -57,11 +60,11 @@ def reviews(ip: str) -> float:
                if line.startswith("dispatch_admission_webhook_reviews_total"))
 
 
-@pytest.mark.skipif(API_SERVER is None,
-                    reason="not the local cluster (its API server's webhook client certificate)")
 async def test_the_webhook_serves_the_api_server_and_nobody_else(
         kubeconfig: str, kube: Kube, ns: str, admission: AdmissionHandle) -> None:  # noqa: F811
-    assert API_SERVER is not None
+    api_server = api_server_cert()
+    if api_server is None:
+        pytest.skip("not the local cluster (its API server's webhook client certificate)")
     await admission.deployed(kube)
     dep = await kube.get(DEPLOYMENT, DEPLOYMENT_NAME, names.CONTROLLER_NAMESPACE)
     args: list[Any] = dep["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -79,10 +82,40 @@ async def test_the_webhook_serves_the_api_server_and_nobody_else(
         assert proxied.returncode != 0, proxied.stdout
         assert await asyncio.to_thread(reviews, ip) == before, \
             f"{ip} judged a review from a caller it should have refused"
-        status, _ = await asyncio.to_thread(post, ip, ca, API_SERVER, REVIEW)
+        status, _ = await asyncio.to_thread(post, ip, ca, api_server, REVIEW)
         assert status == 200
         assert await asyncio.to_thread(reviews, ip) == before + 1
+    # An ordinary pod of the cluster, asking each replica (busybox's wget speaks TLS).
+    ips = [ip for ip in (pod_ip(p) for p in pods) if ip]
+    counted = {ip: await asyncio.to_thread(reviews, ip) for ip in ips}
+    asked = await ordinary_pod_asks(kube, ns, ips)
+    assert asked == {f"REFUSED {ip}" for ip in ips}, asked
+    now = {ip: await asyncio.to_thread(reviews, ip) for ip in ips}
+    assert now == counted, "a replica judged a review an ordinary pod sent"
     await pods_get_their_identity(kube, ns, admission)
+
+
+async def ordinary_pod_asks(kube: Kube, namespace: str, ips: list[str]) -> set[str]:
+    """Run a pod (no dispatch label, the namespace's default ServiceAccount) that POSTs the
+    review to each replica; the lines it printed, ``ANSWERED <ip>`` or ``REFUSED <ip>``."""
+    review = json.dumps(REVIEW)
+    script = "".join(
+        f"if wget --no-check-certificate -q -O- -T 10 --header 'Content-Type: application/json' "
+        f"--post-data '{review}' https://{ip}:9443/mutate-pods; then echo; echo ANSWERED {ip}; "
+        f"else echo REFUSED {ip}; fi; " for ip in ips)
+    name = "mtls-ordinary-pod"
+    await kube.create(r.POD, {"metadata": {"name": name}, "spec": {
+        "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "ask", "image": IMAGE, "command": ["/bin/sh", "-c", script],
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}, namespace)
+
+    async def ended() -> bool:
+        pod = await kube.get(r.POD, name, namespace)
+        return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+    await eventually(ended, 90, "the ordinary pod's requests")
+    return {line for line in (await pod_log(kube, namespace, name)).splitlines()
+            if line.startswith(("ANSWERED", "REFUSED"))}
 
 
 def through_pod_proxy(kubeconfig: str, pod: str) -> subprocess.CompletedProcess[str]:

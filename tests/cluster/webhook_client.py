@@ -4,7 +4,7 @@ The local cluster's API server presents a client certificate of its own CA to ad
 webhooks, and the deployed controller requires it (deploy/admission/mtls,
 docs/install-admission.md): a review sent straight to a replica's pod address must carry
 that certificate to be answered. Outside the local cluster there is no such certificate
-here: ``API_SERVER`` is None.
+here: :func:`api_server_cert` is None.
 """
 
 from __future__ import annotations
@@ -25,13 +25,17 @@ from tests.conftest import LOCAL_CLUSTER
 
 PKI = STATE_ROOT / LOCAL_CLUSTER / "pki"
 Cert = tuple[Path, Path]
-API_SERVER: Cert | None = (
-    (PKI / "apiserver-webhook-client.crt", PKI / "apiserver-webhook-client.key")
-    if (PKI / "apiserver-webhook-client.crt").exists() else None)
-"""The API server's client certificate for webhooks (the local cluster's PKI)."""
 ADMIN: Cert = (PKI / "admin.crt", PKI / "admin.key")
 """The cluster CA's admin certificate: the CA that signs every node's identity too."""
 SECRET = r.Resource("", "v1", "secrets", "Secret")
+
+
+def api_server_cert() -> Cert | None:
+    """The API server's client certificate for webhooks (the local cluster's PKI), or None.
+    Asked when a test runs, never at import: the session starts the cluster (and makes its
+    PKI) after the tests are collected."""
+    cert = (PKI / "apiserver-webhook-client.crt", PKI / "apiserver-webhook-client.key")
+    return cert if cert[0].exists() else None
 
 
 async def serving_ca(kube: Kube) -> str:
