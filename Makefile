@@ -5,7 +5,7 @@ KUBECONFIG_LOCAL ?= /tmp/$(CLUSTER).kubeconfig
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test venv lint unit packaging verify cluster-up cluster-down docs bench bench-tenants chaos clean paths mk-up mk-down
+.PHONY: demo test venv lint unit packaging verify cluster-up cluster-down docs bench bench-tenants chaos clean paths mk-up mk-down mk-test
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -69,6 +69,10 @@ mk-up: venv
 
 mk-down:
 	deploy/local/multikueue.sh down
+
+## mk-test: the three clusters' setup, cut and heal (tests/multikueue; about 5 minutes warm).
+mk-test: venv
+	$(PY) -m pytest -s tests/multikueue
 
 ## docs: check the generated pages (the configuration reference, the kubectl captures, the
 ## figures of docs/data/, whose plots it draws), fetch the pinned Mermaid from the npm

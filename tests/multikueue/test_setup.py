@@ -1,0 +1,92 @@
+"""The three local clusters for MultiKueue (deploy/local/multikueue.sh, issue 30 item 1).
+
+``make mk-test`` runs this (not ``make test``: three clusters take minutes and 5 GB). One
+test, in order: up (or the clusters as they are); both workers joined, MultiKueue's check
+Active; up again changes no token; a cut of worker1 makes it unreachable from the manager
+and the manager from it, while its own API server and worker2 still answer, and the
+manager's Kueue marks it inactive; the heal makes it Active again; a forwarder-mode cut
+refuses at once. The clusters are taken down at the end unless they were up before, and
+then nothing of them may be left on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.admission_fixture import kubectl_binary
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.machine]
+
+SCRIPT = REPO / "deploy" / "local" / "multikueue.sh"
+STATE = Path(os.environ.get("DISPATCH_STATE_ROOT", "/var/lib/dispatch-local"))
+CLUSTERS = ("mk-manager", "mk-worker1", "mk-worker2")
+
+
+def mk(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> str:
+    done = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+    assert done.returncode == 0, f"multikueue.sh {' '.join(args)}:\n{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
+
+
+def kubectl(kubeconfig: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([kubectl_binary(), "--kubeconfig", kubeconfig,
+                           "--request-timeout", "5s", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def active(name: str) -> str:
+    out = kubectl("/tmp/mk-manager.kubeconfig", "get", "multikueuecluster", name, "-o",
+                  'jsonpath={.status.conditions[?(@.type=="Active")].status}')
+    return out.stdout.strip()
+
+
+def until(what: str, check: Callable[[], bool], seconds: float) -> float:
+    """Seconds until ``check()`` is true; fails after ``seconds``."""
+    began = time.monotonic()
+    while not check():
+        assert time.monotonic() - began < seconds, f"{what} not within {seconds:.0f} s"
+        time.sleep(2)
+    return time.monotonic() - began
+
+
+def test_three_clusters_join_cut_and_heal() -> None:
+    was_up = all((STATE / c / "ready").exists() for c in CLUSTERS)
+    try:
+        mk("up")
+        assert active("mk-worker1") == active("mk-worker2") == "True"
+        assert "new token" not in mk("up"), "a second up must keep the workers' tokens"
+
+        mk("cut", "worker1")
+        to_manager = kubectl("/tmp/mk-worker1-to-manager.kubeconfig", "get", "--raw",
+                             "/readyz")
+        assert to_manager.returncode != 0, "worker1 still reaches the manager"
+        assert kubectl("/tmp/mk-worker1.kubeconfig", "get", "nodes").returncode == 0, \
+            "the cut must not touch worker1's own API server"
+        assert kubectl("/tmp/mk-worker2-to-manager.kubeconfig", "get", "--raw",
+                       "/readyz").returncode == 0, "worker2 was cut too"
+        noticed = until("mk-worker1 inactive", lambda: active("mk-worker1") == "False", 240)
+        print(f"\nKueue marked mk-worker1 inactive {noticed:.0f} s after the cut")
+
+        mk("heal", "worker1")
+        until("mk-worker1 Active again", lambda: active("mk-worker1") == "True", 120)
+        mk("cut", "worker2", env={"MK_CUT_MODE": "forwarder"})
+        refused = subprocess.run(["curl", "-sk", "-m", "5", "https://127.0.0.1:17193/readyz"],
+                                 capture_output=True, text=True, timeout=30)
+        assert refused.returncode == 7, f"curl rc {refused.returncode}: not refused"
+        mk("heal", "worker2")
+    finally:
+        if not was_up:
+            mk("down")
+    if not was_up:
+        firewall = subprocess.run(["iptables", "-S"], capture_output=True, text=True)
+        assert "DISPATCH-mk" not in firewall.stdout
+        assert not any((STATE / c).exists() for c in CLUSTERS)
+        assert not list(Path("/tmp").glob("mk-*.kubeconfig"))
