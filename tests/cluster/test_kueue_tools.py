@@ -149,9 +149,8 @@ async def test_a_kubectl_patch_resumed_at_once_waits_for_the_old_pods(
         assert await a_higher_execution(backend, kube, ref, {f"{job}.1.1.1.0"}) \
             == {f"{job}.1.1.2.0"}
     assert log.overlaps() == []
-    lingered = [p for _, p in log.events if attempt_of(p) == f"{job}.1.1.1.0"
-                and p["metadata"].get("deletionTimestamp")]
-    assert lingered, "no old pod was seen terminating: the test tried nothing"
+    assert log.terminating(f"{job}.1.1.1.0"), \
+        "no old pod was seen terminating: the test tried nothing"
     assert not (await backend.stop_job(job, "done")).alive
 
 

@@ -77,6 +77,12 @@ class PodLog:
     synced: list[dict[str, Any]] = field(default_factory=list)
     """The pods there when the watch began."""
 
+    def terminating(self, attempt: str) -> list[dict[str, Any]]:
+        """The pods with identity ``attempt`` the watch saw being deleted (lingering in a
+        TERM handler): that a test's old execution really overlapped its fault."""
+        return [p for _, p in self.events
+                if attempt_of(p) == attempt and p["metadata"].get("deletionTimestamp")]
+
     def overlaps(self) -> list[str]:
         """Pairs of pods alive at once that are not different ranks of one execution (the
         checker's rule): same rank, or another JobSet, A or J."""
@@ -207,9 +213,8 @@ async def test_a_jobset_restart_waits_for_the_lingering_ranks(
 
         await eventually(restarted, LINGER + 180, "the restarted execution's pods running")
     assert log.overlaps() == []
-    lingered = [p for _, p in log.events if attempt_of(p) == f"{job}.1.1.1.0"
-                and p["metadata"].get("deletionTimestamp")]
-    assert lingered, "no pod of J = 0 was seen terminating: the test tried nothing"
+    assert log.terminating(f"{job}.1.1.1.0"), \
+        "no pod of J = 0 was seen terminating: the test tried nothing"
     assert not (await backend.stop_job(job, "done")).alive
 
 
