@@ -121,29 +121,31 @@ def generate(hosts: list[str], *, now: datetime | None = None) -> TlsMaterial:
     )
 
 
+def _read(flag: str, path: str) -> bytes:
+    """A file a flag names; SettingsError naming the flag when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise errors.SettingsError(f"{flag}: cannot read {path}: {exc}", field=flag) from exc
+
+
 def client_ca(path: str) -> bytes:
     """The API server's client CA bundle for mutual TLS (``--client-ca``); raises
     SettingsError naming the flag when it is unreadable or holds no certificate."""
+    data = _read("--client-ca", path)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
         x509.load_pem_x509_certificates(data)
-    except (OSError, ValueError) as exc:
-        raise errors.SettingsError(f"--client-ca: {path} is not a readable PEM CA bundle: "
-                                   f"{exc}", field="--client-ca") from exc
+    except ValueError as exc:
+        raise errors.SettingsError(f"--client-ca: {path} is not a PEM CA bundle: {exc}",
+                                   field="--client-ca") from exc
     return data
 
 
 def from_files(cert: str, key: str, ca: str | None = None) -> TlsMaterial:
     """Read PEM files; raises SettingsError naming the unreadable one."""
-    out: list[bytes] = []
-    for flag, path in (("--tls-cert", cert), ("--tls-key", key), ("--tls-ca", ca or cert)):
-        try:
-            with open(path, "rb") as f:
-                out.append(f.read())
-        except OSError as exc:
-            raise errors.SettingsError(f"{flag}: cannot read {path}: {exc}", field=flag) from exc
-    return TlsMaterial(*out)
+    return TlsMaterial(*(_read(flag, path) for flag, path in (
+        ("--tls-cert", cert), ("--tls-key", key), ("--tls-ca", ca or cert))))
 
 
 def _b64(data: bytes) -> str:
