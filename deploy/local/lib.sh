@@ -138,6 +138,32 @@ port_free() { # PORT [ADDRESS]: true when nothing listens on ADDRESS (127.0.0.1)
   ! (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
 }
 
+# Kueue's integrations whose CRDs every local cluster installs. up.sh writes them into Kueue's
+# Configuration (KUEUE_FRAMEWORKS), multikueue.sh grants a MultiKueue manager the rules for
+# them in its workers: one list for both.
+KUEUE_LOCAL_FRAMEWORKS=batch/job,jobset.x-k8s.io/jobset,trainer.kubeflow.org/trainjob
+kueue_framework_resource() { # FRAMEWORK: its API group and resource, or fails for another
+  case $1 in
+    batch/job) echo "batch jobs" ;;
+    jobset.x-k8s.io/jobset) echo "jobset.x-k8s.io jobsets" ;;
+    trainer.kubeflow.org/trainjob) echo "trainer.kubeflow.org trainjobs" ;;
+    *) return 1 ;;
+  esac
+}
+kueue_frameworks_yaml() { # VAR LIST: LIST (comma-separated) as Kueue's Configuration lists
+  # it, or die naming VAR and the framework the local clusters lack
+  local fw out='' fws
+  IFS=, read -ra fws <<< "$2"
+  [ ${#fws[@]} -gt 0 ] || die "$1 is empty"
+  for fw in "${fws[@]}"; do
+    kueue_framework_resource "$fw" >/dev/null \
+      || die "$1: '$fw': only ${KUEUE_LOCAL_FRAMEWORKS//,/, } have their CRDs in the local clusters"
+    out+="${out:+, }\"$fw\""
+  done
+  echo "$out"
+}
+is_duration() { [[ $1 =~ ^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$ ]]; }  # as Go's, in the units used here
+
 admin_curl() { # PATH: GET from the apiserver as admin
   curl -sf --cacert "$STATE/pki/ca.crt" --cert "$STATE/pki/admin.crt" --key "$STATE/pki/admin.key" \
     "https://$HOST_IP:$APISERVER_PORT$1"

@@ -106,14 +106,8 @@ NFT_TABLE=dispatch_${MK_PREFIX//-/_}
 IPT_IN=DISPATCH-$MK_PREFIX-IN IPT_OUT=DISPATCH-$MK_PREFIX-OUT
 
 IFS=, read -ra FRAMEWORKS <<< "$MK_FRAMEWORKS"
-[ ${#FRAMEWORKS[@]} -gt 0 ] || die "MK_FRAMEWORKS is empty"
-for fw in "${FRAMEWORKS[@]}"; do
-  case $fw in
-    batch/job|jobset.x-k8s.io/jobset|trainer.kubeflow.org/trainjob) ;;
-    *) die "MK_FRAMEWORKS: '$fw': only batch/job, jobset.x-k8s.io/jobset and trainer.kubeflow.org/trainjob have their CRDs in the workers" ;;
-  esac
-done
-[[ $MK_WORKER_LOST_TIMEOUT =~ ^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$ ]] \
+FRAMEWORKS_YAML=$(kueue_frameworks_yaml MK_FRAMEWORKS "$MK_FRAMEWORKS") || exit 1
+is_duration "$MK_WORKER_LOST_TIMEOUT" \
   || die "MK_WORKER_LOST_TIMEOUT '$MK_WORKER_LOST_TIMEOUT' is not a duration such as 2m or 90s"
 
 # --- the clusters' ports and addresses ---------------------------------------------------------
@@ -351,11 +345,7 @@ rules:
 - {apiGroups: [kueue.x-k8s.io], resources: [clusterqueues, localqueues], verbs: [get, list, watch]}
 EOF
   for fw in "${FRAMEWORKS[@]}"; do
-    case $fw in
-      batch/job) group=batch res=jobs ;;
-      jobset.x-k8s.io/jobset) group=jobset.x-k8s.io res=jobsets ;;
-      trainer.kubeflow.org/trainjob) group=trainer.kubeflow.org res=trainjobs ;;
-    esac
+    read -r group res < <(kueue_framework_resource "$fw")
     echo "- {apiGroups: [$group], resources: [$res], verbs: [create, update, patch, delete, get, list, watch]}"
     echo "- {apiGroups: [$group], resources: [$res/status], verbs: [get]}"
   done
@@ -476,18 +466,12 @@ wait_active() { # KIND NAME: until its Active condition is True, or MK_WAIT seco
   done
 }
 
-frameworks_yaml() { # MK_FRAMEWORKS as up.sh writes them into Kueue's Configuration
-  local fw out=
-  for fw in "${FRAMEWORKS[@]}"; do out+="${out:+, }\"$fw\""; done
-  echo "$out"
-}
-
 configure() {
   local i mk cfg any=0
   find_kubectl
   mk=$(admin_kubeconfig 0)
   cfg=$STATE_ROOT/$MANAGER/controllers/kueue.yaml
-  if ! grep -qxF "  frameworks: [$(frameworks_yaml)]" "$cfg" \
+  if ! grep -qxF "  frameworks: [$FRAMEWORKS_YAML]" "$cfg" \
       || ! grep -qxF "multiKueue: {workerLostTimeout: $MK_WORKER_LOST_TIMEOUT}" "$cfg"; then
     log "warning: $MANAGER's Kueue was started with other settings ($cfg) than MK_FRAMEWORKS and MK_WORKER_LOST_TIMEOUT ask for; they take effect after multikueue.sh down and up"
   fi

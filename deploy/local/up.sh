@@ -34,21 +34,10 @@ KUBECONFIG_OUT=$2
 # Kueue's Configuration as a MultiKueue manager's (multikueue.sh sets both for its manager;
 # unset, every cluster's is the same): KUEUE_FRAMEWORKS, comma-separated, replaces the
 # integrations; KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT adds a multiKueue section with it.
-kueue_frameworks='"batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob"'
-if [ -n "${KUEUE_FRAMEWORKS:-}" ]; then
-  kueue_frameworks=
-  IFS=, read -ra fws <<< "$KUEUE_FRAMEWORKS"
-  for fw in "${fws[@]}"; do
-    case $fw in
-      batch/job|jobset.x-k8s.io/jobset|trainer.kubeflow.org/trainjob) ;;
-      *) die "KUEUE_FRAMEWORKS: '$fw': only batch/job, jobset.x-k8s.io/jobset and trainer.kubeflow.org/trainjob have their CRDs here" ;;
-    esac
-    kueue_frameworks+="${kueue_frameworks:+, }\"$fw\""
-  done
-fi
+kueue_frameworks=$(kueue_frameworks_yaml KUEUE_FRAMEWORKS "${KUEUE_FRAMEWORKS:-$KUEUE_LOCAL_FRAMEWORKS}") || exit 1
 kueue_multikueue=
 if [ -n "${KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT:-}" ]; then
-  [[ $KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT =~ ^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$ ]] \
+  is_duration "$KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT" \
     || die "KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT '$KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT' is not a duration such as 2m"
   kueue_multikueue="multiKueue: {workerLostTimeout: $KUEUE_MULTIKUEUE_WORKER_LOST_TIMEOUT}"
 fi
