@@ -83,6 +83,13 @@ class Readmission:
     """At most this many Events being recorded at once; beyond it one is dropped, with a
     warning (Events are advice; decisions must not wait for them)."""
 
+    WAIT_RECHECK = 10.0
+    """Seconds after which a waiting Workload (old pods left, no JobSet yet, a re-made JobSet
+    beside old pods) is judged again with no event: what it waits for is read live then, so
+    a watch that missed the event (a stalled stream after an API server restart, stop 34's
+    CI) delays an approval by this much, never forever. A LIST or GET per waiting Workload
+    per period."""
+
     def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches, *,
                  workloads: Feed, trainjobs: Feed, pods: Feed, jobsets: Feed,
                  admission_checks: Feed, cluster_queues: Feed, metrics: Metrics,
@@ -257,8 +264,14 @@ class Readmission:
         self._live.add(key)
         self.queue.add(key)
 
+    def _recheck(self, key: Key) -> None:
+        """Judge ``key`` again in :attr:`WAIT_RECHECK` seconds, event or not (the timer
+        replaces an earlier one, so a Workload has one at a time)."""
+        self.queue.add_after(key, self.WAIT_RECHECK)
+
     async def _write_wait(self, key: Key, wl: Obj, d: Decision) -> None:
         """Write the check's wait message (Pending), unless it says so already."""
+        self._recheck(key)
         if not d.write:
             return
         ns, name = key
@@ -431,6 +444,8 @@ class Readmission:
         ctx = {"workload": f"{ns}/{name}", "trainjob": tj_name, "jobset_uid": jobset_uid}
         if not plan.needed or plan.patch is None:
             log.info("workload %s/%s: %s", ns, name, plan.reason, extra=ctx)
+            if others:
+                self._recheck(key)
             return
         if not self.elector.is_leader() or not await self.reads.workload_still(wl):
             return

@@ -12,6 +12,7 @@ behaviour is the cluster tests'.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -647,3 +648,52 @@ async def test_a_reservation_without_our_check_is_reported_once() -> None:
     assert event["type"] == "Warning"
     assert w.decisions("unguarded") == 1
     assert names.ADMISSION_COUNT not in w.annotations()
+
+
+async def judged_again_within(w: World, seconds: float) -> bool:
+    """Whether the Workload is back on the queue within ``seconds`` (virtual time), with no
+    feed event: the wait's own recheck."""
+    try:
+        async with asyncio.timeout(seconds):
+            key = await w.r.queue.get()
+    except TimeoutError:
+        return False
+    w.r.queue.done(key)
+    return key == KEY
+
+
+async def test_a_wait_for_the_jobset_is_judged_again_without_a_watch_event() -> None:
+    # A full-suite CI run (2026-12-05, stop 34) saw the check Pending "waiting for Trainer to
+    # make JobSet" for 120 s after an API server restart although the JobSet was there (the
+    # test had read it): the controller judged again only on its JobSet watch's event. A
+    # wait must not rest on one event alone: the key comes back on its own.
+    w = await world(0, jobset="")
+    await w.act()
+    assert w.check()["message"] == no_jobset_message(TJ)
+    js = await w.k.create(JOBSET, {"metadata": {"name": TJ}}, NS)  # no event reaches us
+    assert await judged_again_within(w, Readmission.WAIT_RECHECK + 1)
+    await w.act()
+    assert w.annotations()[names.APPROVED_JOBSET] == js["metadata"]["uid"]
+    assert w.check()["state"] == READY
+    assert not await judged_again_within(w, 10 * Readmission.WAIT_RECHECK)  # done: no more
+
+
+async def test_a_wait_for_old_pods_is_judged_again_without_a_watch_event() -> None:
+    w = await world(0, pods=1)
+    await w.act()
+    assert w.check()["message"] == waiting_message(1)
+    await w.k.delete(POD, old_pod(0)["metadata"]["name"], NS)  # its DELETED never reaches us
+    assert await judged_again_within(w, Readmission.WAIT_RECHECK + 1)
+    await w.act()
+    assert w.check()["state"] == READY
+
+
+async def test_a_rebind_waiting_for_old_pods_is_judged_again_without_a_watch_event() -> None:
+    w = await admitted_world("js2")
+    await w.k.create(POD, old_pod(0, jobset="js1"), NS)
+    await w.act()
+    assert w.annotations()[names.APPROVED_JOBSET] == "js1"
+    await w.k.delete(POD, old_pod(0)["metadata"]["name"], NS)
+    assert await judged_again_within(w, Readmission.WAIT_RECHECK + 1)
+    await w.act()
+    assert w.annotations()[names.APPROVED_JOBSET] == "js2"
