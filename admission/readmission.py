@@ -307,6 +307,12 @@ class Readmission:
         write's precondition covers them. The Workload and the TrainJob come from the
         indexes (after a 409, from live reads), because each write judged from them carries
         that object's resourceVersion.
+
+        An approval reads the TrainJob (and its JobSet) first, from the indexes, and then
+        sends the list and the live GET of the Workload (:meth:`Reads.workload_still`) side
+        by side: one round trip less than one after the other (issue 28). The GET must come
+        after the TrainJob's read, whose version fences the raise; the list's order against
+        the two is free (the model's variants EARLYTJ and GETFIRST: either order verifies).
         """
         ns, name = key
         live = key in self._live
@@ -315,18 +321,15 @@ class Readmission:
         wl = await self.reads.workload(ns, name, live)
         if wl is None:
             return
-        live_pods, _ = await self.kube.list(
-            POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={tj_name}")
-        listed = time.monotonic()
-        d = self._decide(wl, len(alive(live_pods)))
-        if d.kind == "rebind":
-            await self._rebind(key, wl, tj_name, live_pods, live)
+        pre = self._decide(wl, 0)  # what it is if no pod is left
+        if pre.kind != "approve":
+            # A rebind (which reads the pods), or nothing to do whatever the pods are.
+            live_pods = await self._list_pods(ns, tj_name)
+            d = self._decide(wl, len(alive(live_pods)))
+            if d.kind == "rebind":
+                await self._rebind(key, wl, tj_name, live_pods, live)
             return
-        if d.kind == "wait":
-            await self._write_wait(key, wl, d)
-            return
-        if d.kind != "approve":
-            return
+        check = pre.check
         tj = await self.reads.trainjob(wl, ns, tj_name, live)
         if tj is None:
             self._skip(key, f"TrainJob {tj_name} is gone")
@@ -338,15 +341,31 @@ class Readmission:
         # (Trainer v2.3.0 reconcileObjects), so the wait is short; recording none instead
         # would let the webhook skip the JobSet rule (the model's variant RECORDNONE).
         jobset_uid, jobset = await self.reads.jobset_to_approve(tj, ns, tj_name)
-        if not jobset_uid:
+        plan = plan_admission(tj, token, approval_annotations(jobset_uid),
+                              raise_step(tj, jobset_uid, jobset)) if jobset_uid else None
+        still = True
+        if plan is not None and plan.ok and not plan.stale and plan.raise_a \
+                and self.elector.is_leader():
+            async with asyncio.TaskGroup() as reads:
+                listing = reads.create_task(self._list_pods(ns, tj_name))
+                confirming = reads.create_task(self.reads.workload_still(wl))
+            live_pods, still = listing.result(), confirming.result()
+        else:
+            live_pods = await self._list_pods(ns, tj_name)
+        listed = time.monotonic()
+        d = self._decide(wl, len(alive(live_pods)))
+        if d.kind == "wait":  # old pods left: said first, whatever else is missing
+            await self._write_wait(key, wl, d)
+            return
+        if d.kind != "approve":
+            return
+        if plan is None:
             msg = no_jobset_message(tj_name)
-            said = (check_entry(wl, frozenset({d.check})) or {}).get("message")
-            await self._write_wait(key, wl, Decision("wait", msg, check=d.check,
+            said = (check_entry(wl, frozenset({check})) or {}).get("message")
+            await self._write_wait(key, wl, Decision("wait", msg, check=check,
                                                      trainjob=tj_name, message=msg,
                                                      write=said != msg))
             return
-        plan = plan_admission(tj, token, approval_annotations(jobset_uid),
-                              raise_step(tj, jobset_uid, jobset))
         if not plan.ok:
             self._skip(key, f"TrainJob {tj_name}: {plan.reason}")
             return
@@ -363,7 +382,7 @@ class Readmission:
                 if not self.elector.is_leader():
                     log.info("workload %s/%s: not the leader any more; not raising A", ns, name)
                     return
-                if not await self.reads.workload_still(wl):
+                if not still:
                     return
                 raised_tj = await self._raise(key, tj_name, plan.patch, "A")
                 if raised_tj is None:
@@ -409,6 +428,12 @@ class Readmission:
             if raised or ready:
                 self._later("AdmissionCountRaised", self._record_admission(
                     tj, plan.count, token, d.check if ready else None))
+
+    async def _list_pods(self, ns: str, tj_name: str) -> list[Obj]:
+        """The job's pods, listed live (every phase: :func:`alive` says which count)."""
+        pods, _ = await self.kube.list(
+            POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={tj_name}")
+        return pods
 
     async def _raise(self, key: Key, tj_name: str, patch: Obj, what: str) -> Obj | None:
         """Raise A with ``patch``; the TrainJob as written, or None when nothing was.

@@ -108,6 +108,11 @@
  *                 ATTEMPTS). Must fail (b): a decision about a Workload that is gone raises
  *                 A, after the new one's raise or on the next attempt's TrainJob.
  *   NOATTEMPTBASE the epoch without the attempt's base. Must fail (c).
+ *   EARLYTJ       the approval's reads in the other order (issue 28, decision latency):
+ *                 the TrainJob (and its JobSet) from the cache first, then the live list
+ *                 of the pods and the live GET of the Workload, sent side by side. With
+ *                 GETFIRST the GET lands before the list, without it after: both must
+ *                 verify, so any order the two concurrent requests take is safe.
  *   NOHOLDRECORD  the hold lives on the Workload only: no record on the TrainJob, no copy.
  *                 Must fail (f) with REMAKE: the re-made Workload of a held job is approved.
  *   CACHEDHOLDCOPY the hold copy judges the TrainJob from its cache, not from a live GET.
@@ -510,17 +515,35 @@ bool jlag = false;        /* the TrainJob is suspended, its Jobs not yet */
 
 /* the decision is over, or lost with the process: forget what it read */
 #define FORGET    pc = IDLE; ev_r = 0; msg_r = 0; pods_r = 0; wuid_r = 0; js_r = 0; \
-                  pjs_r = 0; hc_r = 0; FORGET_RV
+                  pjs_r = 0; hc_r = 0; after = 0; FORGET_RV
+
+/* EARLYTJ: the TrainJob is read before the pods are listed; what comes after the read
+ * (``after``) waits for the list, which may still find pods (then: the wait). */
+#ifdef EARLYTJ
+#define FIRST_READ READ_TJ
+#define AFTER_LIST after
+#define THEN(x)   after = (x); pc = LIST
+#else
+#define FIRST_READ LIST
+#define AFTER_LIST READ_TJ
+#define THEN(x)   pc = (x)
+#endif
 
 /* on to approve: what the decision read is needed no more, but the Workload's rv */
-#define TO_APPROVE pc = CONFIRM2; ev_r = 0; wuid_r = 0; js_r = 0
+#define TO_APPROVE THEN(CONFIRM2); ev_r = 0; wuid_r = 0; js_r = 0
 
 /* on to raise A, recording the current JobSet (after a live GET of the Workload, where
  * it can be re-made: REMAKE, ATTEMPTS) */
 #if (defined(REMAKE) || ATTEMPTS > 1) && !defined(NOWLCONFIRM)
-#define TO_RAISE  js_r = js; pc = WLCHECK
+#if defined(EARLYTJ) && defined(GETFIRST)
+#define TO_RAISE  js_r = js; after = CONFIRM1; pc = WLCHECK   /* then the list */
+#define WLCHECKED LIST
 #else
-#define TO_RAISE  js_r = js; pc = CONFIRM1
+#define TO_RAISE  js_r = js; THEN(WLCHECK)
+#define WLCHECKED CONFIRM1
+#endif
+#else
+#define TO_RAISE  js_r = js; THEN(CONFIRM1)
 #endif
 
 /* plan_rebind(), from the TrainJob in the cache (an older version fails RB_RAISE's fence):
@@ -550,6 +573,7 @@ bool jlag = false;        /* the TrainJob is suspended, its Jobs not yet */
 proctype Replica(byte me) {
   byte pc = IDLE;
   byte ev_r, msg_r, pods_r, wuid_r, js_r, pjs_r, hc_r;   /* what this decision read */
+  byte after = 0;          /* EARLYTJ: the step after the list */
 
   do
   /* The elector (admission/lease.py). One tryAcquireOrRenew round is a GET and a PUT
@@ -569,7 +593,7 @@ proctype Replica(byte me) {
   :: d_step { pc == IDLE && MAYDECIDE -> pc = READ_WL }
   :: d_step { pc == READ_WL ->
                 if
-                :: OURS -> WL_READ; ev_r = ev; msg_r = msg; wuid_r = wuid; pc = LIST;
+                :: OURS -> WL_READ; ev_r = ev; msg_r = msg; wuid_r = wuid; pc = FIRST_READ;
                      printf("MSC: r%d reads the Workload from its cache: check Pending, quota reserved, %d evictions\n", me, ev)
 #if defined(JOBSETS) && !defined(NOJOBSETRECORD)
                 :: REBIND -> ev_r = ev; wuid_r = wuid; pc = RB_LIST;
@@ -602,7 +626,7 @@ proctype Replica(byte me) {
                 :: pods_r > 0 && msg_r != pods_r -> pc = WAIT;
                      printf("MSC: r%d lists %d pods\n", me, pods_r)
                 :: pods_r > 0 && msg_r == pods_r -> FORGET          /* said so already */
-                :: pods_r == 0 -> pc = READ_TJ; printf("MSC: r%d lists no pod\n", me)
+                :: pods_r == 0 -> pc = AFTER_LIST; printf("MSC: r%d lists no pod\n", me)
                 fi;
                 msg_r = 0 }
 #ifdef JOBSETS
@@ -645,7 +669,7 @@ proctype Replica(byte me) {
   :: d_step { pc == READ_TJ && raised[TOKIX(wuid_r, ev_r + 1)] ->
                 TJ_OLDER; TO_APPROVE;
                 printf("MSC: r%d reads an older TrainJob from its cache: raised for this admission\n", me) }
-  :: d_step { pc == READ_TJ -> TJ_OLDER; pc = CONFIRM1;
+  :: d_step { pc == READ_TJ -> TJ_OLDER; THEN(CONFIRM1);
                 printf("MSC: r%d reads an older TrainJob from its cache: not raised for this admission\n", me) }
 #if (defined(REMAKE) || ATTEMPTS > 1) && !defined(NOWLCONFIRM)
   /* Before raising, GET the Workload live: go on only if it is still the one read (its
@@ -653,7 +677,7 @@ proctype Replica(byte me) {
    * since can only have raised A after that read, which fails the raise. */
   :: d_step { pc == WLCHECK ->
                 if
-                :: wuid == wuid_r -> pc = CONFIRM1
+                :: wuid == wuid_r -> pc = WLCHECKED
                 :: else -> FORGET; printf("MSC: r%d GETs the Workload: it is another one now; gives up\n", me)
                 fi }
 #endif

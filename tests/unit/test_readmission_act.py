@@ -338,17 +338,35 @@ async def test_gone_workload_or_trainjob_writes_nothing() -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_one_approval_sends_the_four_critical_requests_then_the_events(
         seed: int) -> None:
-    """A live LIST of the pods, a live GET of the Workload right before the raise (the
-    model's NOWLCONFIRM: the raise's fence covers the TrainJob only), the fenced raise of
-    A, the fenced Ready; nothing else before Ready (no GET of the TrainJob or the Lease),
-    the Events after it."""
+    """A live LIST of the pods and a live GET of the Workload before the raise (the
+    model's NOWLCONFIRM: the raise's fence covers the TrainJob only), sent side by side
+    (issue 28: one round trip, the model's EARLYTJ and GETFIRST), the fenced raise of A,
+    the fenced Ready; nothing else before Ready (no GET of the TrainJob or the Lease), the
+    Events after it."""
     w = await world(seed)
     sent: list[tuple[str, str]] = []
     w.k.before = lambda verb, res, _name: sent.append((verb, res.plural))
+    # The list is answered only once the GET has been sent: one after the other, the
+    # list would wait for it for ever (here: 5 s).
+    got = asyncio.Event()
+    list_, get = w.k.list, w.k.get_or_none
+
+    async def list_beside_get(res: Resource, *args: Any, **kwargs: Any) -> Any:
+        if res is POD:
+            async with asyncio.timeout(5):
+                await got.wait()
+        return await list_(res, *args, **kwargs)
+
+    async def get_seen(res: Resource, *args: Any, **kwargs: Any) -> Any:
+        if res is WORKLOAD:
+            got.set()
+        return await get(res, *args, **kwargs)
+
+    w.k.list, w.k.get_or_none = list_beside_get, get_seen  # type: ignore[method-assign]
     before = w.k.requests
     await w.r._act(KEY, TJ)
-    critical = [("list", POD.plural), ("get", WORKLOAD.plural), ("patch", TRAINJOB.plural),
-                ("patch", WORKLOAD.plural)]
+    assert sorted(sent[:2]) == [("get", WORKLOAD.plural), ("list", POD.plural)]
+    critical = [*sent[:2], ("patch", TRAINJOB.plural), ("patch", WORKLOAD.plural)]
     assert sent == critical
     assert w.k.requests - before == 4
     assert w.check()["state"] == READY
@@ -598,6 +616,20 @@ async def test_with_no_jobset_yet_the_check_waits_for_it() -> None:
     await w.act()
     assert w.check()["state"] == READY
     assert w.annotations()[names.APPROVED_JOBSET] == js["metadata"]["uid"]
+
+
+async def test_old_pods_are_said_before_a_missing_jobset() -> None:
+    # The JobSet is read before the list now (issue 28); what the check says is unchanged:
+    # the old pods first, and no GET of the Workload for an approval that cannot happen.
+    w = await world(0, pods=1, jobset="")
+    sent: list[tuple[str, str]] = []
+    w.k.before = lambda verb, res, _name: sent.append((verb, res.plural))
+    await w.act()
+    assert w.check()["message"] == waiting_message(1)
+    assert ("get", WORKLOAD.plural) not in sent
+    await w.k.delete(POD, old_pod(0)["metadata"]["name"], NS)
+    await w.act()
+    assert w.check()["message"] == no_jobset_message(TJ)
 
 
 async def test_an_approval_of_a_jobset_remade_while_held_raises_a_past_its_restarts() -> None:
