@@ -32,6 +32,12 @@ ADAPTER_FIELD_MANAGER: Final = "dispatch-kubeflow"
 # --- Lease -------------------------------------------------------------------------------
 CONTROLLER_NAMESPACE: Final = "dispatch-system"
 LEASE_NAME: Final = "dispatch-admission"
+PERMIT_LEASE_PREFIX: Final = "dispatch-worker-"
+"""The worker permit's Lease in the manager, one per MultiKueueCluster: this and its name
+(core.permit, docs/multikueue-fence.md)."""
+PERMIT_REVOKED: Final = f"{DOMAIN}/permit-revoked"
+"""On a permit Lease: the manager revoked it (a write carrying the version it timed); no
+renewal extends it until the manager grants it again."""
 
 # --- Trainer / JobSet ------------------------------------------------------------------
 TRAINER_GROUP: Final = "trainer.kubeflow.org"

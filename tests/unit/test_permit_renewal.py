@@ -1,0 +1,142 @@
+"""admission.permit_renewal (a worker's side of the permit) against the in-memory fake port
+as the manager's API server: a renewal extends the permit from before it was sent, never
+from its answer; a revocation that lands between the read and the write makes the write a
+409 that extends nothing; a revoked or missing Lease ends the permit at once; and the
+manager's revocation, timed by core.permit.Silence, leaves no permit alive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from admission.permit_renewal import PermitRenewal
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.permit import Silence, is_revoked, lease_name, manager_wait, revocation
+from dispatch_kubeflow.kube.resources import LEASE, Resource
+from tests.unit.fake_kube import FakeKube
+
+pytestmark = pytest.mark.asyncio
+NS = names.CONTROLLER_NAMESPACE
+LENGTH = 30.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def granted(k: FakeKube, cluster: str = "w1") -> None:
+    """The manager grants the worker its permit: the Lease exists, not revoked."""
+    await k.create(LEASE, {"metadata": {"name": lease_name(cluster)}, "spec": {}}, NS)
+
+
+def lease(k: FakeKube, cluster: str = "w1") -> dict[str, Any]:
+    return k.objects[(LEASE.plural, NS, lease_name(cluster))]
+
+
+def renewal(k: FakeKube, clock: Clock, identity: str = "r1") -> PermitRenewal:
+    return PermitRenewal(k, "w1", identity, length=LENGTH, clock=clock)
+
+
+async def test_a_renewal_runs_from_before_it_was_sent() -> None:
+    k, clock = FakeKube(0), Clock()
+    await granted(k)
+    r = renewal(k, clock)
+    assert r.left() == 0  # nothing before the first renewal
+    # The answer comes 7 s after the clock was read (a slow manager): the permit still
+    # runs from the reading.
+    def slow(verb: str, res: Resource, _name: str) -> None:
+        if verb == "replace":
+            clock.now += 7
+    k.before = slow
+    assert await r.renew_once()
+    assert r.permit.until == 1000 + LENGTH
+    assert r.left() == LENGTH - 7
+    assert lease(k)["spec"]["holderIdentity"] == "r1"
+
+
+async def test_a_revocation_between_the_read_and_the_write_extends_nothing() -> None:
+    k, clock = FakeKube(0), Clock()
+    await granted(k)
+    r = renewal(k, clock)
+    assert await r.renew_once()
+    before = r.permit.until
+    clock.now += 5
+
+    def manager_revokes(verb: str, res: Resource, _name: str) -> None:
+        if verb == "replace" and not is_revoked(lease(k)):
+            k.before = None
+            k.write_now(LEASE, lease_name("w1"), NS, {"metadata": {"annotations": {
+                names.PERMIT_REVOKED: "x"}}})
+    k.before = manager_revokes
+    assert not await r.renew_once()  # the PUT carried the version read: 409
+    assert r.permit.until == before
+    assert is_revoked(lease(k))
+    assert not await r.renew_once()  # and now it reads the revocation
+    assert r.revoked
+    assert r.left() == 0
+
+
+async def test_no_lease_means_no_permit() -> None:
+    k, clock = FakeKube(0), Clock()
+    r = renewal(k, clock)
+    assert not await r.renew_once()
+    assert r.left() == 0
+
+
+async def test_an_unreachable_manager_is_raised_and_the_permit_runs_out() -> None:
+    k, clock = FakeKube(0), Clock()
+    await granted(k)
+    r = renewal(k, clock)
+    assert await r.renew_once()
+
+    def cut(verb: str, res: Resource, _name: str) -> None:
+        raise errors.KubeError("connection refused", status=0, reason="Unreachable")
+    k.before = cut
+    clock.now += LENGTH / 2
+    with pytest.raises(errors.KubeError):
+        await r.renew_once()
+    assert r.left() == LENGTH / 2
+    clock.now += LENGTH / 2
+    assert r.left() == 0
+
+
+async def test_two_replicas_renew_and_the_manager_times_the_newest_version() -> None:
+    # Both replicas renew on their own; the manager revokes only a version unchanged for its
+    # wait, with that version as precondition, and then neither replica holds a permit.
+    k, clock = FakeKube(0), Clock()
+    await granted(k)
+    r1, r2 = renewal(k, clock, "r1"), renewal(k, clock, "r2")
+    wait = manager_wait(LENGTH, 0.01)
+    silence = Silence(wait)
+    assert await r1.renew_once()
+    silence.seen(lease(k)["metadata"]["resourceVersion"], clock.now)
+    clock.now += 10
+    assert await r2.renew_once()
+    silence.seen(lease(k)["metadata"]["resourceVersion"], clock.now)  # a new version
+    clock.now += wait - 5
+    assert not silence.revocable(clock.now)  # r2's renewal restarted the wait
+    clock.now += 5.001
+    assert silence.revocable(clock.now)
+    # The manager's revocation, written on the version it timed.
+    await k.replace(LEASE, revocation(lease(k)), NS)
+    assert r1.left() == 0
+    assert r2.left() == 0
+    assert not await r1.renew_once()
+    assert r1.revoked
+
+
+async def test_a_revocation_on_an_older_version_is_refused() -> None:
+    k, clock = FakeKube(0), Clock()
+    await granted(k)
+    r = renewal(k, clock)
+    timed = dict(lease(k))
+    assert await r.renew_once()  # landed after the manager's read
+    with pytest.raises(errors.KubeConflict):
+        await k.replace(LEASE, revocation(timed), NS)
+    assert not is_revoked(lease(k))
+    assert r.left() == LENGTH
