@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Model-check the readmission protocol (verify/readmission.pml) with spin.
+"""Model-check the readmission protocol (verify/readmission.pml) with spin, and the worker
+permit across clusters (verify/multikueue.pml).
 
 Each variant of the model is generated with ``spin -a``, compiled with gcc in safety mode
 and searched exhaustively by pan, in a temporary directory (nothing is written into the
@@ -9,6 +10,11 @@ that makes a pod: the gate alone, ranks finishing early, JobSets re-made and res
 removed from the ClusterQueue. Each variant with a piece of the protocol removed, and each
 known limit, must produce a counterexample, whose trail is replayed with ``spin -t`` and
 told by the model's ``MSC:`` lines.
+
+The second model, of the worker permit that keeps the promise across a MultiKueue manager
+and two worker clusters (docs/multikueue-fence.md), must verify the same way, and each of
+its variants with a rule of the permit removed must produce a counterexample
+(``MK_VARIANTS``, whose names begin with ``mk-``).
 
 Run it with ``make verify`` or ``python verify/run.py``; ``--only NAME`` runs one variant.
 The exit status is 0 when every variant did what it must.
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODEL = Path(__file__).resolve().with_name("readmission.pml")
+MK_MODEL = MODEL.with_name("multikueue.pml")
 MAX_DEPTH = 1_000_000
 """pan's -m: far above the depth the search reaches, which the result reports."""
 TIMEOUT = 600.0
@@ -45,6 +52,13 @@ PROPERTIES = {
     "h": "a held job runs nothing: once the hold is done and the TrainJob suspended, no "
          "pod starts until the release",
 }
+MK_PROPERTIES = {
+    "a": "never alive pods of two executions at once, in any clusters",
+    "c": "each execution's identity A is strictly higher than the previous one's, whichever "
+         "worker runs it: a pod starts only at the job's latest admission",
+}
+PROPERTIES_OF = {MODEL.name: PROPERTIES, MK_MODEL.name: MK_PROPERTIES}
+"""Each model's properties, by the label of their assertions."""
 MEMLIM_MB = 4096
 """pan's memory bound: a variant that needs more stops, reported as not complete."""
 TRUNCATED = ("max search depth too small", "out of memory", "Search not completed")
@@ -60,6 +74,8 @@ class Variant:
     """Breadth-first: the counterexample found is a shortest one."""
     unreached_ok: bool = False
     """A variant that must verify but removes a check, whose 'else' is then unreachable."""
+    model: str = MODEL.name
+    """The model file, in verify/."""
 
 
 VARIANTS = (
@@ -117,6 +133,14 @@ VARIANTS = (
     Variant("remake", ("REMAKE", "MAXHOLD=1"), False,
             "Kueue re-makes the Workload, at any moment, a held one too: the hold outlives "
             "it, and a release is never lost"),
+    # --- the approval's reads in the controller's order (issue 28): the TrainJob first, then
+    # the list and the Workload's GET side by side, so each order of the two must verify ---
+    Variant("earlytj-remake", ("REMAKE", "EARLYTJ", "MAXHOLD=1"), False,
+            "the TrainJob read before the list, the GET after it"),
+    Variant("getfirst-remake", ("REMAKE", "EARLYTJ", "GETFIRST", "MAXHOLD=1"), False,
+            "the TrainJob read before the list, the GET before it too"),
+    Variant("getfirst-attempts", ("ATTEMPTS=2", "EARLYTJ", "GETFIRST", "MAXHOLD=1"), False,
+            "the same reads' order, across a second attempt"),
     Variant("nowlconfirm-remake", ("REMAKE", "NOWLCONFIRM", "MAXHOLD=1"), True,
             "the same without the live GET of the Workload: a decision about the old "
             "Workload raises A after the new one's raise", bfs=True),
@@ -179,6 +203,51 @@ VARIANTS = (
             "the lift not checking that the pod is of the current execution: a pod "
             "admitted before a readmission starts after it", bfs=True),
 )
+
+_MK = MK_MODEL.name
+MK_VARIANTS = (
+    # --- the worker permit across clusters: a manager, two workers, MultiKueue ----------
+    Variant("mk-permit", (), False,
+            "the worker permit: MultiKueue dispatches to one of two workers and again when "
+            "one is lost; a link cut; renewals that land and replies that arrive late; slow "
+            "and fast clocks; the self-fence, the revocation and the grant again: every "
+            "property holds", model=_MK),
+    Variant("mk-twocuts", ("MAXCUT=2", "MAXA=3", "PERMIT=2"), False,
+            "two cuts and three approvals (a shorter permit): the job may come back to a "
+            "worker that was granted again", model=_MK),
+    Variant("mk-drift2", ("DRIFT=2",), False,
+            "twice the drift, and twice the margin", model=_MK),
+    Variant("mk-nodrift-nomargin", ("DRIFT=0", "NOMARGIN"), False,
+            "no drift and no margin: the wait of the permit's length (and the tick) is "
+            "enough, so the margin is there for drift alone", model=_MK),
+    Variant("mk-noselffence", ("NOSELFFENCE",), True,
+            "pods that never fence themselves: the cut-off worker's pod runs on beside the "
+            "execution dispatched again to the other worker", bfs=True, model=_MK),
+    Variant("mk-norevoke", ("NOREVOKE",), True,
+            "the gate approving once the manager's wait is over, without the revoking "
+            "write: a renewal in flight lands after it", bfs=True, model=_MK),
+    Variant("mk-nomargin", ("NOMARGIN",), True,
+            "the manager waiting the permit's length, not the margin too: a slow worker "
+            "clock outlasts a fast manager clock", bfs=True, model=_MK),
+    Variant("mk-latestart", ("LATESTART",), True,
+            "the agent measuring its permit from the reply's arrival, not from before its "
+            "request: a late reply outlasts the revocation", bfs=True, model=_MK),
+    Variant("mk-noconfirm", ("NOCONFIRM",), True,
+            "the agent answering a pod without reading the job's Workload in the manager "
+            "(the design as first written): a remote TrainJob left on a lost worker makes a "
+            "pod at an old identity when the worker comes back", bfs=True, model=_MK),
+    Variant("mk-deleteremotes", ("NOCONFIRM", "DELETEREMOTES"), True,
+            "no read, but the gate waiting for a reachable worker's remote objects to go "
+            "and a revoked agent deleting them: a remote made after the deletion is left "
+            "behind", bfs=True, model=_MK),
+    Variant("mk-regrantany", ("REGRANTANY",), True,
+            "the permit granted again with pods of the worker left: one confirmed before "
+            "the readmission starts on the new permit", bfs=True, model=_MK),
+)
+ALL_VARIANTS = VARIANTS + MK_VARIANTS
+"""Every variant of both models: what ``make verify`` runs."""
+
+
 @dataclass(slots=True)
 class Result:
     variant: Variant
@@ -188,6 +257,8 @@ class Result:
     depth: int = -1
     seconds: float = -1.0
     """pan's own elapsed time for the search."""
+    memory_mb: float = -1.0
+    """pan's total actual memory usage."""
     wall: float = 0.0
     """Generate, compile and search, as measured here."""
     complete: bool = False
@@ -250,14 +321,15 @@ def _property_of_line(model: str, lineno: int) -> str:
 def check(variant: Variant, workdir: Path | None = None, model: str | None = None) -> Result:
     """Generate, compile and run one variant; replay its trail if it has one. ``model``
     replaces the model's text (the tests' probes)."""
-    with tempfile.TemporaryDirectory(prefix="readmission-") as tmp:
+    source = MODEL.with_name(variant.model)
+    with tempfile.TemporaryDirectory(prefix=f"{source.stem}-") as tmp:
         where = workdir or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
-        model = MODEL.read_text() if model is None else model
-        (where / MODEL.name).write_text(model)
+        model = source.read_text() if model is None else model
+        (where / source.name).write_text(model)
         flags = [f"-D{d}" for d in variant.defines]
         started = time.monotonic()
-        _run(["spin", *flags, "-a", MODEL.name], where)
+        _run(["spin", *flags, "-a", source.name], where)
         cflags = ["-O2", "-w", "-DSAFETY", f"-DMEMLIM={MEMLIM_MB}"] \
             + (["-DBFS"] if variant.bfs else [])
         _run(["gcc", *cflags, "-o", "pan", "pan.c"], where)
@@ -271,12 +343,13 @@ def check(variant: Variant, workdir: Path | None = None, model: str | None = Non
         res.transitions = int(_number(r"([\d.e+]+) transitions \(", out))
         res.depth = int(_number(r"depth reached (\d+)", out))
         res.seconds = _number(r"elapsed time ([\d.e+]+) seconds", out)
+        res.memory_mb = _number(r"([\d.]+)\s+total actual memory usage", out)
         res.complete = ("Full statespace search" in out
                         and not any(t in out for t in TRUNCATED))
         if res.errors == 0:
             res.unreached = _unreached(out)
         else:
-            trail = _run(["spin", *flags, "-t", MODEL.name], where)
+            trail = _run(["spin", *flags, "-t", source.name], where)
             res.story = [line.split("MSC: ", 1)[1] for line in trail.splitlines()
                          if "MSC: " in line]
             m = re.search(r"\.pml:(\d+), Error: assertion violated", trail)
@@ -292,6 +365,7 @@ def report(res: Result) -> str:
     v = res.variant
     head = (f"{v.name}: {v.what}\n"
             f"  spin {' '.join('-D' + d for d in v.defines) or '(no macro)'}"
+            f"{'' if v.model == MODEL.name else ' ' + v.model}"
             f"{', breadth-first' if v.bfs else ''}\n"
             f"  {res.states} states stored, {res.transitions} transitions, depth reached "
             f"{res.depth}, errors: {res.errors}, search {res.seconds:g} s "
@@ -302,7 +376,7 @@ def report(res: Result) -> str:
     if res.unreached:
         lines.append("  unreached statements: " + "; ".join(res.unreached))
     if res.errors > 0:
-        prop = PROPERTIES.get(res.prop, "?")
+        prop = PROPERTIES_OF[v.model].get(res.prop, "?")
         lines.append(f"  counterexample: ({res.prop or '?'}) {prop}: {res.assertion}")
         lines.extend(f"    {n:2}. {step}" for n, step in enumerate(res.story, 1))
     lines.append(f"  => {'as it must' if res.ok else 'WRONG'}"
@@ -312,7 +386,7 @@ def report(res: Result) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=[v.name for v in VARIANTS], action="append",
+    parser.add_argument("--only", choices=[v.name for v in ALL_VARIANTS], action="append",
                         help="run only this variant (repeatable)")
     args = parser.parse_args(argv)
     missing = missing_tools()
@@ -323,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(_run(["spin", "-V"], Path.cwd()).strip())
     ok = True
     started = time.monotonic()
-    for v in VARIANTS:
+    for v in ALL_VARIANTS:
         if args.only and v.name not in args.only:
             continue
         res = check(v)

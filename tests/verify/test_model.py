@@ -31,7 +31,7 @@ BUDGET = 120.0
 
 MUST_VERIFY = ("fenced", "leaseconfirm", "noleader", "finish", "jobsets", "jobsets-norestart",
                "attempts", "remake", "checkremoval", "checkremoval-a", "staleruntime",
-               "joblag", "gates")
+               "joblag", "gates", "earlytj-remake", "getfirst-remake", "getfirst-attempts")
 
 
 def _variant(name: str) -> run.Variant:
