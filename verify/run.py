@@ -248,6 +248,11 @@ ALL_VARIANTS = VARIANTS + MK_VARIANTS
 """Every variant of both models: what ``make verify`` runs."""
 
 
+def variant(name: str) -> Variant:
+    """The variant of either model named ``name``."""
+    return next(v for v in ALL_VARIANTS if v.name == name)
+
+
 @dataclass(slots=True)
 class Result:
     variant: Variant

@@ -34,10 +34,6 @@ MUST_VERIFY = ("fenced", "leaseconfirm", "noleader", "finish", "jobsets", "jobse
                "joblag", "gates", "earlytj-remake", "getfirst-remake", "getfirst-attempts")
 
 
-def _variant(name: str) -> run.Variant:
-    return next(v for v in run.VARIANTS if v.name == name)
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, run.Result]:
     """Every variant, checked once, each in its own temporary directory."""
@@ -86,7 +82,7 @@ def test_every_path_that_makes_a_pod_verifies(name: str, results: dict[str, run.
     assert res.errors == 0, res.output
     assert res.complete, f"the search was truncated:\n{res.output}"
     assert res.wall < BUDGET, f"took {res.wall:.1f} s, more than {BUDGET:.0f} s"
-    if not _variant(name).unreached_ok:
+    if not run.variant(name).unreached_ok:
         assert res.unreached == []
 
 
@@ -140,7 +136,7 @@ def test_the_variants_come_from_one_model() -> None:
                   "NORELEASEWRITE", "RELEASEWLFIRST", "NOATTEMPTLABEL", "NOSUSPENDFENCE",
                   "NOSTARTA"):
         assert any(macro in v.defines for v in run.VARIANTS), macro
-    assert _variant("fenced").defines == ()
+    assert run.variant("fenced").defines == ()
     assert {v.name for v in run.VARIANTS if not v.must_fail} == set(MUST_VERIFY)
 
 
@@ -301,7 +297,7 @@ def test_the_new_paths_are_not_vacuous(probe: str, tmp_path: Path) -> None:
     model = Path(run.MODEL).read_text()
     assert anchor in model, anchor
     probed = model.replace(anchor, text + anchor if before else anchor + text, 1)
-    variant = _variant(name)
+    variant = run.variant(name)
     res = run.check(run.Variant(f"probe-{probe}", variant.defines, True, probe, bfs=True),
                     tmp_path, model=probed)
     assert res.errors >= 1, f"{probe}: never reached\n{res.output}"

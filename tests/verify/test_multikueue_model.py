@@ -37,10 +37,6 @@ BOUNDS = ("PERMIT", "DRIFT", "WORKER_LOST", "MAXCUT", "MAXA")
 DOC = run.MK_MODEL.parents[1] / "docs" / "multikueue-fence.md"
 
 
-def _variant(name: str) -> run.Variant:
-    return next(v for v in run.MK_VARIANTS if v.name == name)
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, run.Result]:
     """Every variant of the model, checked once, each in its own temporary directory."""
@@ -154,7 +150,7 @@ def test_the_variants_come_from_one_model() -> None:
         assert re.search(rf"\b{macro}\b", directives), macro
     for macro in RULES:
         assert any(macro in v.defines for v in run.MK_VARIANTS if v.must_fail), macro
-    assert _variant("mk-permit").defines == ()
+    assert run.variant("mk-permit").defines == ()
     assert {v.name for v in run.MK_VARIANTS if not v.must_fail} == set(MUST_VERIFY)
     assert not {v.name for v in run.VARIANTS} & {v.name for v in run.MK_VARIANTS}
     assert run.ALL_VARIANTS == run.VARIANTS + run.MK_VARIANTS
@@ -207,7 +203,7 @@ def test_the_branches_are_not_vacuous(probe: str, tmp_path: Path) -> None:
     anchor, text = PROBES[probe]
     model = run.MK_MODEL.read_text()
     assert model.count(anchor) == 1, anchor
-    base = _variant("mk-permit")
+    base = run.variant("mk-permit")
     res = run.check(run.Variant(f"probe-{probe}", base.defines, True, probe, bfs=True,
                                 model=base.model), tmp_path, model=model.replace(anchor, text))
     assert res.errors >= 1, f"{probe}: never reached\n{res.output}"
