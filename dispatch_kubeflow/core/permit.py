@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import admissions
 from dispatch_kubeflow.core.objects import annotations_of, meta
 
 DEFAULT_LENGTH = 60.0
@@ -143,3 +144,28 @@ def revocation(lease: Mapping[str, Any]) -> dict[str, Any]:
     body.setdefault("metadata", {}).setdefault("annotations", {})[names.PERMIT_REVOKED] = \
         str(meta(lease).get("resourceVersion") or "")
     return body
+
+
+def refusal(workload: Mapping[str, Any] | None, trainjob: Mapping[str, Any] | None,
+            admission: int, cluster: str) -> str | None:
+    """Why a pod at admission count ``admission`` in the worker ``cluster`` must not start
+    (None: it may), from the job's Workload and TrainJob in the manager, read live and in
+    that order.
+
+    A remote TrainJob left on a worker that was lost makes pods at its old A; only the
+    manager knows that A has moved on or that the job runs elsewhere now (the model's
+    NOCONFIRM). The Workload is read first: a pod at A = a exists only after admission a
+    was dispatched to this worker, so if the TrainJob read after it still says a, the
+    Workload read before it showed admission a's dispatch (the gate raises A only while
+    MultiKueue has dispatched nothing) and the pod's execution is the job's current one.
+    """
+    if workload is None or trainjob is None:
+        return "the job is gone from the manager"
+    dispatched = str((workload.get("status") or {}).get("clusterName") or "")
+    if dispatched != cluster:
+        return (f"the manager dispatched the job to {dispatched or 'no worker'}, "
+                f"not to {cluster}")
+    current = admissions(trainjob)
+    if current != admission:
+        return f"the job's admission count in the manager is {current}, the pod's {admission}"
+    return None

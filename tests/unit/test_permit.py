@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
+from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.permit import (
     DEFAULT_DRIFT,
     Permit,
@@ -16,6 +18,7 @@ from dispatch_kubeflow.core.permit import (
     Share,
     Silence,
     manager_wait,
+    refusal,
 )
 
 LENGTH = 60.0
@@ -140,3 +143,24 @@ def test_the_wait_is_tight_a_little_less_fails() -> None:
         rng = random.Random(f"tight-{wait}")
         assert min(margin_of_worst_share(rng, drift=0.1, wait=wait)
                    for _ in range(20_000)) < 0, wait
+
+
+def _workload(cluster: str | None) -> dict[str, Any]:
+    return {"metadata": {"name": "wl"}, "status": {"clusterName": cluster} if cluster else {}}
+
+
+def _trainjob(a: int) -> dict[str, Any]:
+    return {"metadata": {"name": "tj", "annotations": {names.ADMISSION_COUNT: str(a)}}}
+
+
+def test_a_pod_starts_only_at_the_current_admission_and_where_it_was_dispatched() -> None:
+    # A remote TrainJob left on a worker that was lost makes pods at its old A.
+    assert refusal(_workload("w1"), _trainjob(3), 3, "w1") is None
+    assert "admission count in the manager is 4, the pod's 3" in str(
+        refusal(_workload("w1"), _trainjob(4), 3, "w1"))
+    assert "dispatched the job to w2, not to w1" in str(
+        refusal(_workload("w2"), _trainjob(3), 3, "w1"))
+    # Readmission under way: MultiKueue has dispatched nothing yet.
+    assert "to no worker" in str(refusal(_workload(None), _trainjob(3), 3, "w1"))
+    assert "gone from the manager" in str(refusal(None, _trainjob(3), 3, "w1"))
+    assert "gone from the manager" in str(refusal(_workload("w1"), None, 3, "w1"))

@@ -1,0 +1,109 @@
+"""The manager's side of the permit: time every worker's permit Lease, revoke a silent one.
+
+In the manager cluster (MultiKueue, docs/multikueue-fence.md) the leader reads the permit
+Leases (``dispatch-worker-<cluster>``) every few seconds. A version it sees unchanged for
+:func:`core.permit.manager_wait` on its own clock has ended every share it gave to any pod
+anywhere; the leader then writes "revoked" on exactly that version (a PUT carrying its
+resourceVersion), so that a renewal sent meanwhile, landing after, meets a 409 and extends
+nothing. The readmission gate counts a worker it cannot list as proven empty only when its
+permit is revoked, read live (:meth:`PermitRevocation.revoked_live`).
+
+A revoked Lease stays revoked until the worker's agent, having proven its dispatch pods
+gone, grants it again (core.permit); this module never grants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.objects import meta
+from dispatch_kubeflow.core.permit import (
+    DEFAULT_DRIFT,
+    DEFAULT_LENGTH,
+    Silence,
+    is_revoked,
+    lease_name,
+    manager_wait,
+    revocation,
+)
+from dispatch_kubeflow.kube import KubeAPI
+from dispatch_kubeflow.kube.resources import LEASE
+
+log = logging.getLogger(__name__)
+
+
+class PermitRevocation:
+    """The leader's timing of every worker's permit, through ``manager`` (a client of the
+    manager cluster's API server)."""
+
+    ROUNDS = 20
+    """Reads per wait: a silent permit is revoked at most wait / ROUNDS late."""
+
+    def __init__(self, manager: KubeAPI, *, length: float = DEFAULT_LENGTH,
+                 drift: float = DEFAULT_DRIFT,
+                 namespace: str = names.CONTROLLER_NAMESPACE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.manager = manager
+        self.namespace = namespace
+        self.wait = manager_wait(length, drift)
+        self._clock = clock
+        self._silences: dict[str, Silence] = {}
+
+    async def observe_once(self) -> list[str]:
+        """One round: read every permit Lease, time each version, revoke those silent for
+        the wait. The names revoked in this round."""
+        leases, _ = await self.manager.list(LEASE, self.namespace)
+        # Read after the list came back, never before it was sent: a renewal that landed
+        # while the list was in flight must not be timed from before it landed.
+        now = self._clock()
+        revoked: list[str] = []
+        seen: set[str] = set()
+        for lease in leases:
+            name = str(meta(lease).get("name") or "")
+            if not name.startswith(names.PERMIT_LEASE_PREFIX) or is_revoked(lease):
+                continue
+            seen.add(name)
+            silence = self._silences.setdefault(name, Silence(self.wait))
+            silence.seen(str(meta(lease).get("resourceVersion") or ""), now)
+            if not silence.revocable(now):
+                continue
+            try:
+                # Carries the version timed: a renewal that landed since makes it a 409,
+                # and the next round times the new version from when it is first seen.
+                await self.manager.replace(LEASE, revocation(lease), self.namespace)
+            except errors.KubeConflict:
+                continue
+            except errors.KubeNotFound:
+                continue  # deleted: the worker was removed; nothing holds it
+            log.warning("revoked the permit %s/%s: unchanged for %.0f s on this clock; the "
+                        "worker runs no dispatch execution until it grants it again",
+                        self.namespace, name, now - silence.since)
+            revoked.append(name)
+            seen.discard(name)
+        # A Lease revoked, granted again or deleted is timed afresh when next seen.
+        for name in set(self._silences) - seen:
+            del self._silences[name]
+        return revoked
+
+    async def revoked_live(self, cluster: str) -> bool:
+        """Whether the worker ``cluster``'s permit is revoked, read live now: the gate's
+        proof that no pod of that worker runs. A missing Lease proves nothing: it may have
+        been deleted while the worker held it, and its pods' shares still run; the gate then
+        needs a live list of that worker."""
+        lease = await self.manager.get_or_none(LEASE, lease_name(cluster), self.namespace)
+        return lease is not None and is_revoked(lease)
+
+    async def run(self) -> None:
+        """Observe every wait / :attr:`ROUNDS` seconds until cancelled."""
+        while True:
+            try:
+                await self.observe_once()
+            except errors.KubeError as exc:
+                # The wait only grows while nothing is read: a version first seen later is
+                # timed from later. Safe, only slower.
+                log.warning("cannot read the permit Leases: %s", exc)
+            await asyncio.sleep(self.wait / self.ROUNDS)

@@ -1,0 +1,191 @@
+"""admission.permit_revocation (the manager's side of the permit) against the in-memory fake
+port as the manager's API server, with the workers' admission.permit_renewal beside it: a
+permit renewed in time is never revoked; one silent for the wait is revoked on the version
+timed, and by then no share it gave is left; a renewal landing between the manager's read
+and its write wins (409) and restarts the wait; a version is timed from after the read that
+first saw it; only permit Leases are touched; and a missing Lease proves nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from admission.permit_renewal import PermitRenewal
+from admission.permit_revocation import PermitRevocation
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.permit import is_revoked, lease_name, manager_wait
+from dispatch_kubeflow.kube.resources import LEASE, Resource
+from tests.unit.fake_kube import FakeKube
+
+pytestmark = pytest.mark.asyncio
+NS = names.CONTROLLER_NAMESPACE
+LENGTH = 30.0
+DRIFT = 0.01
+WAIT = manager_wait(LENGTH, DRIFT)
+EPS = 1e-3  # well above the floating point error of 1000 + WAIT - 1000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def granted(k: FakeKube, cluster: str) -> None:
+    await k.create(LEASE, {"metadata": {"name": lease_name(cluster)}, "spec": {}}, NS)
+
+
+def lease(k: FakeKube, cluster: str) -> dict[str, Any]:
+    return k.objects[(LEASE.plural, NS, lease_name(cluster))]
+
+
+def setup() -> tuple[FakeKube, Clock, PermitRevocation]:
+    k, clock = FakeKube(0), Clock()
+    return k, clock, PermitRevocation(k, length=LENGTH, drift=DRIFT, clock=clock)
+
+
+async def test_a_permit_renewed_in_time_is_never_revoked_and_a_silent_one_is() -> None:
+    k, clock, m = setup()
+    await granted(k, "w1")
+    await granted(k, "w2")
+    w1 = PermitRenewal(k, "w1", "a", length=LENGTH, clock=clock)
+    w2 = PermitRenewal(k, "w2", "b", length=LENGTH, clock=clock)
+    assert await w1.renew_once()
+    assert await w2.renew_once()
+    revoked: list[str] = []
+    # Ten minutes in 2 s steps; w1 renews every length / 3, w2 is cut off after its first.
+    for step in range(300):
+        clock.now += 2
+        if step % 5 == 0:
+            assert await w1.renew_once()
+        got = await m.observe_once()
+        if got:
+            # The moment it is revoked, no share w2's permit gave is left (one clock here:
+            # the margin is for drift).
+            assert w2.left() == 0
+        revoked += got
+    assert revoked == [lease_name("w2")]
+    assert is_revoked(lease(k, "w2"))
+    assert not is_revoked(lease(k, "w1"))
+    assert not await w2.renew_once()  # back: it reads the revocation
+    assert w2.revoked
+    assert w2.left() == 0
+    assert w1.left() > 0
+
+
+async def test_it_waits_the_whole_wait_from_the_first_sighting() -> None:
+    k, clock, m = setup()
+    await granted(k, "w1")
+    assert await m.observe_once() == []
+    clock.now += WAIT - EPS
+    assert await m.observe_once() == []
+    clock.now += 2 * EPS
+    assert await m.observe_once() == [lease_name("w1")]
+
+
+async def test_a_version_is_timed_from_after_the_read_that_saw_it() -> None:
+    # A list that takes 10 s may have read a renewal that landed at its very end: the wait
+    # starts when the list came back.
+    k, clock, m = setup()
+    await granted(k, "w1")
+
+    def slow(verb: str, res: Resource, _name: str) -> None:
+        if verb == "list":
+            clock.now += 10
+    k.before = slow
+    assert await m.observe_once() == []
+    k.before = None
+    clock.now += WAIT - EPS
+    assert await m.observe_once() == []
+    clock.now += 2 * EPS
+    assert await m.observe_once() == [lease_name("w1")]
+
+
+async def test_a_renewal_between_the_read_and_the_revocation_wins() -> None:
+    k, clock, m = setup()
+    await granted(k, "w1")
+    w1 = PermitRenewal(k, "w1", "a", length=LENGTH, clock=clock)
+    await m.observe_once()
+    clock.now += WAIT + EPS
+    renewed: list[bool] = []
+
+    def renews_first(verb: str, res: Resource, _name: str) -> None:
+        # The worker's renewal lands just before the manager's PUT: the PUT carries the
+        # version it timed and gets 409.
+        if verb == "replace" and not renewed:
+            k.write_now(LEASE, lease_name("w1"), NS, {"spec": {"holderIdentity": "a"}})
+            renewed.append(True)
+    k.before = renews_first
+    assert await m.observe_once() == []
+    k.before = None
+    assert renewed
+    assert not is_revoked(lease(k, "w1"))
+    assert await w1.renew_once()
+    # The new version is timed from when it is first seen, not from the old one's sighting.
+    clock.now += 1
+    assert await m.observe_once() == []
+    clock.now += WAIT - EPS
+    assert await m.observe_once() == []
+    clock.now += 2 * EPS
+    assert await m.observe_once() == [lease_name("w1")]
+
+
+async def test_a_permit_granted_again_is_timed_afresh() -> None:
+    k, clock, m = setup()
+    await granted(k, "w1")
+    await m.observe_once()
+    clock.now += WAIT + EPS
+    assert await m.observe_once() == [lease_name("w1")]
+    clock.now += 100
+    assert await m.observe_once() == []  # revoked stays revoked; nothing written again
+    # The worker's agent, its pods proven gone, grants it again on the revoked version.
+    revoked = lease(k, "w1")
+    granted_again = {**revoked, "metadata": {**revoked["metadata"], "annotations": {}}}
+    await k.replace(LEASE, granted_again, NS)
+    assert await m.observe_once() == []
+    clock.now += WAIT - EPS
+    assert await m.observe_once() == []
+    clock.now += 2 * EPS
+    assert await m.observe_once() == [lease_name("w1")]
+
+
+async def test_only_permit_leases_are_touched() -> None:
+    k, clock, m = setup()
+    await k.create(LEASE, {"metadata": {"name": names.LEASE_NAME}, "spec": {}}, NS)
+    await granted(k, "w1")
+    await m.observe_once()
+    clock.now += WAIT + EPS
+    assert await m.observe_once() == [lease_name("w1")]
+    leader = k.objects[(LEASE.plural, NS, names.LEASE_NAME)]
+    assert not is_revoked(leader)
+
+
+async def test_a_missing_lease_proves_nothing_and_a_revoked_one_does() -> None:
+    k, clock, m = setup()
+    assert not await m.revoked_live("w1")  # deleted while held, maybe: not a proof
+    await granted(k, "w1")
+    assert not await m.revoked_live("w1")
+    await m.observe_once()
+    clock.now += WAIT + EPS
+    await m.observe_once()
+    assert await m.revoked_live("w1")
+
+
+async def test_an_unreadable_manager_is_raised_and_revokes_nothing() -> None:
+    k, clock, m = setup()
+    await granted(k, "w1")
+    await m.observe_once()
+
+    def cut(verb: str, res: Resource, _name: str) -> None:
+        raise errors.KubeError("connection refused", status=0, reason="Unreachable")
+    k.before = cut
+    clock.now += WAIT + EPS
+    with pytest.raises(errors.KubeError):
+        await m.observe_once()
+    k.before = None
+    assert not is_revoked(lease(k, "w1"))
+    # The version first seen before the failure is still the one timed.
+    assert await m.observe_once() == [lease_name("w1")]
