@@ -38,6 +38,9 @@ PERMIT_LEASE_PREFIX: Final = "dispatch-worker-"
 PERMIT_REVOKED: Final = f"{DOMAIN}/permit-revoked"
 """On a permit Lease: the manager revoked it (a write carrying the version it timed); no
 renewal extends it until the manager grants it again."""
+PREBUILT_WORKLOAD: Final = "kueue.x-k8s.io/prebuilt-workload-name"
+"""On a remote TrainJob in a worker: the name of its Workload in the manager (MultiKueue
+sets it as an annotation since Kueue's WorkloadIdentifierAnnotations, Beta in v0.19)."""
 
 # --- Trainer / JobSet ------------------------------------------------------------------
 TRAINER_GROUP: Final = "trainer.kubeflow.org"

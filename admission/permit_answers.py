@@ -1,0 +1,97 @@
+"""A worker agent's answer to a pod's "how long": what is left of the worker's permit.
+
+In a worker cluster (MultiKueue, docs/multikueue-fence.md) every dispatch pod's fence asks
+the agent how long its processes may run, before its workload starts and every length / 3
+after. A pod's first answer comes only after a live read in the manager shows that the
+pod's identity is the job's current admission and that MultiKueue dispatched the job to
+this worker (core.permit.refusal): a remote TrainJob left on a worker that was lost keeps
+making pods at its old A, and only the manager knows that A has moved on. Later answers
+need no read: the pod was current when it started, and the manager's gate approves no
+readmission while a live list shows the pod alive here, or until this worker's permit is
+revoked, which ends every share.
+
+Each answer is read from the permit after the reads, never before them: the permit held
+when the answer is sent is the one it may speak for (the model's "answers later, from the
+permit it holds then").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from admission.permit_renewal import PermitRenewal
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.objects import annotations_of
+from dispatch_kubeflow.core.permit import refusal
+from dispatch_kubeflow.kube import KubeAPI
+from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Seconds the pod's processes may run, from before it asked (0: stop, or do not
+    start), and why not when 0."""
+
+    seconds: float
+    reason: str = ""
+
+
+class PermitAnswers:
+    """The agent's answers for the worker ``cluster``: ``worker`` and ``manager`` are
+    clients of the two API servers, ``permit`` this replica's renewal of the permit."""
+
+    def __init__(self, manager: KubeAPI, worker: KubeAPI, permit: PermitRenewal,
+                 cluster: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.manager, self.worker, self.permit = manager, worker, permit
+        self.cluster = cluster
+        self._clock = clock
+        self._current: dict[str, float] = {}
+        """Pods (by UID) confirmed current, and when each last asked (this clock)."""
+
+    async def answer(self, namespace: str, pod_uid: str, trainjob: str,
+                     admission: int) -> Answer:
+        """The answer for the pod ``pod_uid`` of the TrainJob ``trainjob`` at admission
+        count ``admission``. A manager that cannot be read gives 0 to a first question:
+        the pod waits and asks again; it never starts on a guess."""
+        now = self._clock()
+        self._forget(now)
+        if pod_uid in self._current:
+            self._current[pod_uid] = now
+            return self._left()
+        if self.permit.left() <= 0:
+            return Answer(0.0, f"worker {self.cluster} holds no permit from the manager")
+        try:
+            why = await self._refusal(namespace, trainjob, admission)
+        except errors.KubeError as exc:
+            return Answer(0.0, f"cannot read the job in the manager: {exc}")
+        if why:
+            return Answer(0.0, why)
+        self._current[pod_uid] = now
+        return self._left()
+
+    def _left(self) -> Answer:
+        left = self.permit.left()
+        return Answer(left) if left > 0 else Answer(
+            0.0, f"worker {self.cluster}'s permit ran out or was revoked")
+
+    async def _refusal(self, namespace: str, trainjob: str, admission: int) -> str | None:
+        remote = await self.worker.get_or_none(TRAINJOB, trainjob, namespace)
+        if remote is None:
+            return f"no TrainJob {namespace}/{trainjob} in worker {self.cluster}"
+        workload = annotations_of(remote).get(names.PREBUILT_WORKLOAD)
+        if not workload:
+            return (f"TrainJob {namespace}/{trainjob} in worker {self.cluster} names no "
+                    f"Workload in the manager ({names.PREBUILT_WORKLOAD}): not MultiKueue's")
+        # The Workload first, then the TrainJob: core.permit.refusal says why that order.
+        wl = await self.manager.get_or_none(WORKLOAD, workload, namespace)
+        tj = await self.manager.get_or_none(TRAINJOB, trainjob, namespace)
+        return refusal(wl, tj, admission, self.cluster)
+
+    def _forget(self, now: float) -> None:
+        # A pod silent for a whole permit length has run out its share and stopped; if it
+        # asks again it is confirmed again. Keeps the table to the pods alive.
+        stale = [uid for uid, at in self._current.items() if now - at > self.permit.permit.length]
+        for uid in stale:
+            del self._current[uid]

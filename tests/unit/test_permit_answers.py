@@ -1,0 +1,158 @@
+"""admission.permit_answers (a worker agent's answer to a pod's "how long") against two
+in-memory fake ports, the manager's and the worker's API servers: a pod starts only at the
+job's current admission and where MultiKueue dispatched it, read live in the manager
+(Workload, then TrainJob) before its first answer; later answers read nothing; the answer
+is the permit as it stands after the reads; a manager that cannot be read never yields a
+start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from admission.permit_answers import PermitAnswers
+from admission.permit_renewal import PermitRenewal
+from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.permit import lease_name
+from dispatch_kubeflow.kube.resources import LEASE, TRAINJOB, WORKLOAD, Resource
+from tests.unit.fake_kube import FakeKube
+
+pytestmark = pytest.mark.asyncio
+NS = "team-a"
+LENGTH = 30.0
+WL = "trainjob-dj-abc-s1-1f2e3"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def world(a: int = 2, dispatched: str | None = "w1", remote_a: int = 2,
+                ) -> tuple[FakeKube, FakeKube, Clock, PermitAnswers]:
+    """A manager whose job is at admission ``a`` and dispatched to ``dispatched``; worker w1
+    with the remote TrainJob (made at ``remote_a``) and a permit renewed just now."""
+    manager, worker, clock = FakeKube(0), FakeKube(1), Clock()
+    await manager.create(LEASE, {"metadata": {"name": lease_name("w1")}, "spec": {}},
+                         names.CONTROLLER_NAMESPACE)
+    await manager.create(TRAINJOB, trainjob(a), NS)
+    await manager.create(WORKLOAD, {"metadata": {"name": WL},
+                                    "status": {"clusterName": dispatched} if dispatched else {}},
+                         NS)
+    remote = trainjob(remote_a)
+    remote["metadata"]["annotations"][names.PREBUILT_WORKLOAD] = WL
+    await worker.create(TRAINJOB, remote, NS)
+    permit = PermitRenewal(manager, "w1", "agent-1", length=LENGTH, clock=clock)
+    assert await permit.renew_once()
+    return manager, worker, clock, PermitAnswers(manager, worker, permit, "w1", clock=clock)
+
+
+def trainjob(a: int) -> dict[str, Any]:
+    return {"metadata": {"name": "dj-abc-s1", "annotations": {names.ADMISSION_COUNT: str(a)}}}
+
+
+async def test_a_current_pod_gets_the_permit_left_and_later_answers_read_nothing() -> None:
+    manager, _, clock, agent = await world()
+    clock.now += 5
+    got = await agent.answer(NS, "pod-1", "dj-abc-s1", 2)
+    assert got.seconds == LENGTH - 5
+    assert got.reason == ""
+
+    def cut(verb: str, res: Resource, _name: str) -> None:
+        raise errors.KubeError("connection refused", status=0, reason="Unreachable")
+    manager.before = cut  # the manager unreachable: a confirmed pod still gets its share
+    clock.now += 5
+    assert (await agent.answer(NS, "pod-1", "dj-abc-s1", 2)).seconds == LENGTH - 10
+    clock.now += LENGTH - 10
+    got = await agent.answer(NS, "pod-1", "dj-abc-s1", 2)
+    assert got.seconds == 0
+    assert "ran out or was revoked" in got.reason
+
+
+@pytest.mark.parametrize(("a", "dispatched", "remote_a", "why"), [
+    # A remote TrainJob left on a worker that was lost: A moved on in the manager.
+    (3, "w1", 2, "admission count in the manager is 3, the pod's 2"),
+    (3, "w2", 2, "dispatched the job to w2, not to w1"),
+    # Readmission under way: nothing dispatched yet.
+    (2, None, 2, "to no worker"),
+])
+async def test_a_pod_of_a_stale_remote_never_starts(a: int, dispatched: str | None,
+                                                    remote_a: int, why: str) -> None:
+    _, _, _, agent = await world(a, dispatched, remote_a)
+    got = await agent.answer(NS, "pod-1", "dj-abc-s1", remote_a)
+    assert got.seconds == 0
+    assert why in got.reason
+
+
+async def test_the_workload_is_read_before_the_trainjob() -> None:
+    manager, _, _, agent = await world()
+    reads: list[str] = []
+
+    def record(verb: str, res: Resource, name: str) -> None:
+        reads.append(f"{verb} {res.kind}")
+    manager.before = record
+    assert (await agent.answer(NS, "pod-1", "dj-abc-s1", 2)).seconds > 0
+    assert reads == ["get Workload", "get TrainJob"]
+
+
+async def test_the_answer_is_the_permit_after_the_reads() -> None:
+    # The permit is revoked while the agent reads the manager: the answer is 0, not what
+    # was left before the reads.
+    manager, _, _, agent = await world()
+
+    def revoke(verb: str, res: Resource, _name: str) -> None:
+        if res is TRAINJOB:
+            agent.permit.permit.revoked()
+    manager.before = revoke
+    got = await agent.answer(NS, "pod-1", "dj-abc-s1", 2)
+    assert got.seconds == 0
+
+
+async def test_no_permit_no_read_and_no_start() -> None:
+    manager, _, clock, agent = await world()
+    clock.now += LENGTH
+    reads: list[str] = []
+    manager.before = lambda verb, res, name: reads.append(verb)
+    got = await agent.answer(NS, "pod-1", "dj-abc-s1", 2)
+    assert got.seconds == 0
+    assert "holds no permit" in got.reason
+    assert reads == []
+
+
+async def test_an_unreadable_manager_gives_no_start_and_no_confirmation() -> None:
+    manager, _, _, agent = await world()
+
+    def cut(verb: str, res: Resource, _name: str) -> None:
+        raise errors.KubeError("connection refused", status=0, reason="Unreachable")
+    manager.before = cut
+    got = await agent.answer(NS, "pod-1", "dj-abc-s1", 2)
+    assert got.seconds == 0
+    assert "cannot read the job in the manager" in got.reason
+    manager.before = None
+    # Not confirmed by the failure: the next question reads again, and A has moved on.
+    manager.write_now(TRAINJOB, "dj-abc-s1", NS,
+                      {"metadata": {"annotations": {names.ADMISSION_COUNT: "3"}}})
+    assert (await agent.answer(NS, "pod-1", "dj-abc-s1", 2)).seconds == 0
+
+
+async def test_a_pod_silent_for_a_whole_permit_is_confirmed_again() -> None:
+    manager, _, clock, agent = await world()
+    assert (await agent.answer(NS, "pod-1", "dj-abc-s1", 2)).seconds > 0
+    clock.now += LENGTH + 1
+    assert await agent.permit.renew_once()
+    manager.write_now(WORKLOAD, WL, NS, {"status": {"clusterName": "w2"}})
+    got = await agent.answer(NS, "pod-1", "dj-abc-s1", 2)
+    assert got.seconds == 0
+    assert "not to w1" in got.reason
+
+
+async def test_a_trainjob_not_made_by_multikueue_is_refused() -> None:
+    _, worker, _, agent = await world()
+    await worker.create(TRAINJOB, {"metadata": {"name": "local-one"}}, NS)
+    got = await agent.answer(NS, "pod-1", "local-one", 1)
+    assert got.seconds == 0
+    assert names.PREBUILT_WORKLOAD in got.reason
