@@ -9,8 +9,8 @@ next round reads again. Each replica answers a pod's "how long" from its own per
 replica's permit began before its write landed, and every write landed before the version
 the manager times, so the manager's wait bounds them all.
 
-A revoked Lease ends the replica's permit at once; only the manager grants it again (after
-it has proven the worker's dispatch pods gone).
+A revoked Lease ends the replica's permit at once; only the manager grants it again, after
+it has proven the worker's dispatch pods gone (admission.permit_revocation).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The manager's side of the permit: time every worker's permit Lease, revoke a silent one.
+"""The manager's side of the permit: time every worker's permit Lease, revoke a silent one,
+and grant a revoked one again once its worker is proven free of dispatch pods.
 
 In the manager cluster (MultiKueue, docs/multikueue-fence.md) the leader reads the permit
 Leases (``dispatch-worker-<cluster>``) every few seconds. A version it sees unchanged for
@@ -8,8 +9,11 @@ resourceVersion), so that a renewal sent meanwhile, landing after, meets a 409 a
 nothing. The readmission gate counts a worker it cannot list as proven empty only when its
 permit is revoked, read live (:meth:`PermitRevocation.revoked_live`).
 
-A revoked Lease stays revoked until the worker's agent, having proven its dispatch pods
-gone, grants it again (core.permit); this module never grants.
+A revoked Lease stays revoked until the leader, by a live list of the worker, sees no alive
+dispatch pod there (a pod still waiting for its first answer counts: on a new permit it
+would start, the model's REGRANTANY) and writes the grant on exactly the revoked version.
+While it is revoked no dispatch pod can be made there (the worker's webhook admits none
+without a permit), so the list cannot miss one made after it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.core.execution import alive
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.core.permit import (
     DEFAULT_DRIFT,
@@ -31,7 +36,7 @@ from dispatch_kubeflow.core.permit import (
     revocation,
 )
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import LEASE
+from dispatch_kubeflow.kube.resources import LEASE, POD
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +101,32 @@ class PermitRevocation:
         needs a live list of that worker."""
         lease = await self.manager.get_or_none(LEASE, lease_name(cluster), self.namespace)
         return lease is not None and is_revoked(lease)
+
+    async def grant_again(self, cluster: str, worker: KubeAPI) -> bool:
+        """Grant the revoked permit of the worker ``cluster`` again if ``worker`` (a client
+        of its API server) lists no alive dispatch pod; whether it was granted. A KubeError
+        (the worker unreachable) is raised: it stays revoked."""
+        lease = await self.manager.get_or_none(LEASE, lease_name(cluster), self.namespace)
+        if lease is None or not is_revoked(lease):
+            return False
+        pods, _ = await worker.list(POD, label_selector=names.JOB_ID_LABEL)
+        left = alive(pods)
+        if left:
+            log.info("the permit of %s stays revoked: %d dispatch pod(s) alive there",
+                     cluster, len(left))
+            return False
+        body = {**lease, "metadata": {**meta(lease), "annotations": {
+            k: v for k, v in (meta(lease).get("annotations") or {}).items()
+            if k != names.PERMIT_REVOKED}}}
+        try:
+            # Carries the revoked version read before the list: written on anything else
+            # (another replica's grant, say), it is a 409 and grants nothing twice.
+            await self.manager.replace(LEASE, body, self.namespace)
+        except errors.KubeConflict:
+            return False
+        log.warning("granted the permit %s/%s again: worker %s lists no dispatch pod",
+                    self.namespace, lease_name(cluster), cluster)
+        return True
 
     async def run(self) -> None:
         """Observe every wait / :attr:`ROUNDS` seconds until cancelled."""

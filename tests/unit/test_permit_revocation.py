@@ -15,7 +15,7 @@ from admission.permit_renewal import PermitRenewal
 from admission.permit_revocation import PermitRevocation
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.permit import is_revoked, lease_name, manager_wait
-from dispatch_kubeflow.kube.resources import LEASE, Resource
+from dispatch_kubeflow.kube.resources import LEASE, POD, Resource
 from tests.unit.fake_kube import FakeKube
 
 pytestmark = pytest.mark.asyncio
@@ -189,3 +189,64 @@ async def test_an_unreadable_manager_is_raised_and_revokes_nothing() -> None:
     assert not is_revoked(lease(k, "w1"))
     # The version first seen before the failure is still the one timed.
     assert await m.observe_once() == [lease_name("w1")]
+
+
+def dispatch_pod(name: str, phase: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {names.JOB_ID_LABEL: "jabc"}},
+            "status": {"phase": phase}}
+
+
+async def revoked(k: FakeKube, clock: Clock, m: PermitRevocation, cluster: str) -> None:
+    await granted(k, cluster)
+    await m.observe_once()
+    clock.now += WAIT + EPS
+    assert await m.observe_once() == [lease_name(cluster)]
+
+
+async def test_a_revoked_permit_is_granted_again_only_with_no_dispatch_pod_alive() -> None:
+    k, clock, m = setup()
+    worker = FakeKube(1)
+    await revoked(k, clock, m, "w1")
+    # A pod waiting for its first answer counts: on a new permit it would start.
+    await worker.create(POD, dispatch_pod("p-0", "Pending"), "team-a")
+    await worker.create(POD, dispatch_pod("p-1", "Succeeded"), "team-a")
+    await worker.create(POD, {"metadata": {"name": "not-ours"}, "status": {"phase": "Running"}},
+                        "team-b")
+    assert not await m.grant_again("w1", worker)
+    assert is_revoked(lease(k, "w1"))
+    await worker.delete(POD, "p-0", "team-a")
+    assert await m.grant_again("w1", worker)
+    assert not is_revoked(lease(k, "w1"))
+    # The worker renews on the permit granted again.
+    w1 = PermitRenewal(k, "w1", "a", length=LENGTH, clock=clock)
+    assert await w1.renew_once()
+    assert not await m.grant_again("w1", worker)  # nothing to grant: not revoked
+
+
+async def test_a_grant_is_written_on_the_revoked_version_only() -> None:
+    k, clock, m = setup()
+    worker = FakeKube(1)
+    await revoked(k, clock, m, "w1")
+
+    def another_writer(verb: str, res: Resource, _name: str) -> None:
+        # The other replica grants first (between this one's read and its write).
+        if verb == "replace" and res is LEASE:
+            k.before = None
+            k.write_now(LEASE, lease_name("w1"), NS, {"metadata": {"annotations": {
+                names.PERMIT_REVOKED: None}}})
+    k.before = another_writer
+    assert not await m.grant_again("w1", worker)
+    assert not is_revoked(lease(k, "w1"))
+
+
+async def test_an_unreachable_worker_stays_revoked() -> None:
+    k, clock, m = setup()
+    worker = FakeKube(1)
+    await revoked(k, clock, m, "w1")
+
+    def cut(verb: str, res: Resource, _name: str) -> None:
+        raise errors.KubeError("connection refused", status=0, reason="Unreachable")
+    worker.before = cut
+    with pytest.raises(errors.KubeError):
+        await m.grant_again("w1", worker)
+    assert is_revoked(lease(k, "w1"))
