@@ -16,9 +16,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import aiohttp
+
+from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.permit import Share
 
 log = logging.getLogger(__name__)
@@ -105,3 +114,166 @@ class Fence:
                                        max(0.0, self.share.until - self._clock()))
         log.warning("the share of the worker's permit ran out: stopping the pod's processes")
         self._halt()
+
+
+# --- its place in a pod (the worker's webhook) ---------------------------------------------
+
+STARTED = "/run/dispatch-fence/started"
+"""Written by the fence once the first positive answer came; its startup probe reads it, and
+the pod's other containers start only after that probe (a native sidecar's)."""
+TOKEN_DIR = "/var/run/secrets/dispatch-fence"
+AUDIENCE = "dispatch-fence"
+"""The audience of the pod's own ServiceAccount token the fence shows the agent: a token
+for nothing else, so the agent learns from it which pod asks (its bound pod name and UID)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What the worker's webhook puts in a dispatch pod for its fence."""
+
+    image: str
+    """An image holding this package (the controller's own)."""
+    agent: str
+    """The agent's URL, as a pod reaches it (its Service in dispatch-system)."""
+    length: float
+    """The permit's length: the fence asks every length / 3."""
+    ca: str
+    """The PEM of the CA that signed the agent's serving certificate (the controller's)."""
+
+
+def sidecar_patch(pod: dict[str, Any], place: Placement) -> list[dict[str, Any]]:
+    """JSONPatch ops putting the fence in ``pod``: first of its init containers, as a native
+    sidecar (restartPolicy Always) whose startup probe holds every other container back
+    until the first answer, with the pod's processes in one namespace so that it can stop
+    them. A pod that brings a container of that name already is refused by the caller
+    (:func:`claims_the_fence`)."""
+    spec = pod.get("spec") or {}
+    fence = {
+        "name": names.FENCE_CONTAINER,
+        "image": place.image,
+        "command": ["python", "-m", "admission.fence"],
+        "restartPolicy": "Always",
+        "env": [
+            {"name": "DISPATCH_FENCE_AGENT", "value": place.agent},
+            {"name": "DISPATCH_FENCE_LENGTH", "value": f"{place.length:g}"},
+            {"name": "DISPATCH_FENCE_CA", "value": place.ca},
+        ],
+        "startupProbe": {
+            "exec": {"command": ["python", "-c",
+                                 f"import os, sys; sys.exit(not os.path.exists({STARTED!r}))"]},
+            "periodSeconds": 1, "failureThreshold": 100000,
+        },
+        "volumeMounts": [{"name": names.FENCE_CONTAINER, "mountPath": TOKEN_DIR,
+                          "readOnly": True}],
+        "resources": {"requests": {"cpu": "10m", "memory": "48Mi"},
+                      "limits": {"memory": "96Mi"}},
+    }
+    volume = {"name": names.FENCE_CONTAINER, "projected": {"sources": [
+        {"serviceAccountToken": {"audience": AUDIENCE, "expirationSeconds": 3600,
+                                 "path": "token"}}]}}
+    ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/shareProcessNamespace",
+                                  "value": True}]
+    if spec.get("initContainers"):
+        ops.append({"op": "add", "path": "/spec/initContainers/0", "value": fence})
+    else:
+        ops.append({"op": "add", "path": "/spec/initContainers", "value": [fence]})
+    if spec.get("volumes"):
+        ops.append({"op": "add", "path": "/spec/volumes/-", "value": volume})
+    else:
+        ops.append({"op": "add", "path": "/spec/volumes", "value": [volume]})
+    return ops
+
+
+def claims_the_fence(pod: dict[str, Any]) -> bool:
+    """Whether ``pod`` brings a container or volume named like the fence: a pod that could
+    stand in for its own fence is refused, never merged."""
+    spec = pod.get("spec") or {}
+    named = [c.get("name") for f in ("initContainers", "containers")
+             for c in spec.get(f) or []]
+    named += [v.get("name") for v in spec.get("volumes") or []]
+    return names.FENCE_CONTAINER in named
+
+
+# --- stopping the pod's processes ----------------------------------------------------------
+
+def stop_processes(pids: Callable[[], Iterable[int]] | None = None,
+                   kill: Callable[[int, int], None] = os.kill,
+                   me: int | None = None) -> list[int]:
+    """SIGKILL every process of the pod but the fence and the pod's first process (the
+    sandbox's pause, pid 1 in a shared process namespace); the pids killed. A process that
+    ended meanwhile is skipped. A container whose processes are killed ends, and the pod's
+    restart policy and its Job decide what follows, through the webhook again."""
+    me = os.getpid() if me is None else me
+    killed = []
+    for pid in (pids or _proc_pids)():
+        if pid in (me, 1):
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed
+
+
+def _proc_pids() -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+# --- the program ---------------------------------------------------------------------------
+
+async def _ask_agent(agent: str, ca: str, timeout: float) -> float:
+    """One question over HTTPS, with the pod's own token for the fence's audience (read at
+    each question: the kubelet rotates it). Unreachable or refused: OSError."""
+    token = (await asyncio.to_thread(Path(TOKEN_DIR, "token").read_text)).strip()
+    context = ssl.create_default_context(cadata=ca)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s, \
+                s.post(f"{agent}/fence", headers={"Authorization": f"Bearer {token}"},
+                       ssl=context) as resp:
+            if resp.status != 200:
+                raise OSError(f"the agent answered {resp.status}: {await resp.text()}")
+            body = await resp.json()
+    except aiohttp.ClientError as exc:
+        raise OSError(f"cannot reach the agent at {agent}: {exc}") from exc
+    return float(body.get("seconds") or 0.0)
+
+
+async def _serve(fence: Fence) -> None:
+    async with asyncio.TaskGroup() as tasks:
+        running = tasks.create_task(fence.run())
+        await fence.started.wait()
+        await asyncio.to_thread(_mark_started)
+        await running
+
+
+def _mark_started() -> None:
+    Path(STARTED).parent.mkdir(parents=True, exist_ok=True)
+    Path(STARTED).write_text("started\n", encoding="utf-8")
+
+
+def _stop() -> None:
+    stop_processes()
+
+
+def main() -> None:
+    """``python -m admission.fence``, in the pod (:func:`sidecar_patch` says how)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    agent, ca = os.environ["DISPATCH_FENCE_AGENT"], os.environ["DISPATCH_FENCE_CA"]
+    length = float(os.environ["DISPATCH_FENCE_LENGTH"])
+    # A fence that (re)starts while other processes of the pod run does not know their
+    # share: they stop before anything else. In a new pod there are none yet (the fence is
+    # the first container, and the others wait for its startup probe).
+    stop_processes()
+    fence = Fence(lambda: _ask_agent(agent, ca, length / 3), _stop, length=length)
+    try:
+        asyncio.run(_serve(fence))
+    finally:
+        # The share ran out, or the fence failed: nothing of this pod runs again. A
+        # container its restart policy brings back (after at least the kubelet's 10 s
+        # back-off) is stopped again, until the pod is deleted.
+        while True:
+            stop_processes()
+            time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    main()

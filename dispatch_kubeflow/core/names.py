@@ -97,6 +97,10 @@ ENV_SUBMISSION: Final = "DISPATCH_SUBMISSION"
 ENV_ATTEMPT: Final = "DISPATCH_ATTEMPT"
 ENV_EPOCH: Final = "DISPATCH_EPOCH"
 
+FENCE_CONTAINER: Final = "dispatch-fence"
+"""In a worker cluster (MultiKueue): the native sidecar that stops a pod's processes when
+its share of the worker's permit runs out (admission.fence)."""
+
 WEBHOOK_NAME: Final = f"identity.{DOMAIN}"
 # The scheduling gate the webhook puts on every dispatch pod at its creation, lifted by
 # dispatch-admission once the pod, stored, may start (core.scheduling_gate).

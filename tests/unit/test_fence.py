@@ -5,11 +5,27 @@ the workload starts only after a positive answer."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 
-from admission.fence import Fence
+from admission import fence as fence_module
+from admission.fence import (
+    AUDIENCE,
+    Fence,
+    Placement,
+    claims_the_fence,
+    sidecar_patch,
+    stop_processes,
+)
+from admission.tls import generate
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube.resources import POD
+from tests.unit.fake_kube import json_patch
 
 pytestmark = pytest.mark.asyncio
 
@@ -140,3 +156,97 @@ async def test_a_fence_that_fails_stops_the_processes_it_measured() -> None:
     with pytest.raises(ExceptionGroup):
         await asyncio.wait_for(fence.run(), 2.0)
     assert stops == [1.0]  # long before the 30 s share ran out
+
+
+# --- its place in a pod, and the stop ------------------------------------------------------
+
+PLACE = Placement(image="dispatch-admission:dev", agent="https://agent.invalid", length=60,
+                  ca="-----BEGIN CERTIFICATE-----\n")
+
+
+def patched(pod: dict[str, Any]) -> dict[str, Any]:
+    json_patch(pod, sidecar_patch(pod, PLACE), POD, "p")
+    return pod
+
+
+@pytest.mark.parametrize("init", [[], [{"name": "setup", "image": "busybox"}]])
+@pytest.mark.parametrize("volumes", [[], [{"name": "data", "emptyDir": {}}]])
+async def test_the_fence_is_the_first_container_and_holds_the_others_back(
+        init: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> None:
+    pod = patched({"spec": {"initContainers": list(init), "volumes": list(volumes),
+                            "containers": [{"name": "node", "image": "x"}]}})
+    spec = pod["spec"]
+    fence = spec["initContainers"][0]
+    assert fence["name"] == names.FENCE_CONTAINER
+    assert fence["restartPolicy"] == "Always"  # a native sidecar: runs beside the others
+    assert "startupProbe" in fence  # ...which start only after its first answer
+    assert spec["initContainers"][1:] == init
+    assert spec["shareProcessNamespace"] is True  # so that it can stop their processes
+    assert [v["name"] for v in spec["volumes"]] == [v["name"] for v in volumes] + [
+        names.FENCE_CONTAINER]
+    token = spec["volumes"][-1]["projected"]["sources"][0]["serviceAccountToken"]
+    assert token["audience"] == AUDIENCE
+    env = {e["name"]: e["value"] for e in fence["env"]}
+    assert env == {"DISPATCH_FENCE_AGENT": PLACE.agent, "DISPATCH_FENCE_LENGTH": "60",
+                   "DISPATCH_FENCE_CA": PLACE.ca}
+    assert not claims_the_fence({"spec": {"initContainers": init, "volumes": volumes}})
+    assert claims_the_fence(pod)
+
+
+async def test_a_pod_naming_its_own_fence_is_claimed() -> None:
+    assert claims_the_fence({"spec": {"containers": [{"name": names.FENCE_CONTAINER}]}})
+    assert claims_the_fence({"spec": {"volumes": [{"name": names.FENCE_CONTAINER}]}})
+
+
+async def test_the_stop_kills_every_process_but_the_fence_and_the_pause() -> None:
+    sent: list[tuple[int, int]] = []
+
+    def kill(pid: int, sig: int) -> None:
+        if pid == 40:
+            raise ProcessLookupError(pid)  # ended meanwhile
+        sent.append((pid, sig))
+    killed = stop_processes(lambda: [1, 7, 23, 40, 41], kill, me=7)
+    assert killed == [23, 41]
+    assert sent == [(23, signal.SIGKILL), (41, signal.SIGKILL)]
+
+
+# --- the question over HTTPS ----------------------------------------------------------------
+
+async def agent_server(handler: Any) -> tuple[web.AppRunner, str, str]:
+    material = generate(["localhost", "127.0.0.1"])
+    app = web.Application()
+    app.router.add_post("/fence", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=material.ssl_context())
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"https://127.0.0.1:{port}", material.ca.decode()
+
+
+async def test_a_question_shows_the_pods_token_and_reads_the_seconds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "token").write_text("tok-1\n")
+    monkeypatch.setattr(fence_module, "TOKEN_DIR", str(tmp_path))
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        if len(seen) > 1:
+            return web.Response(status=403, text="not a dispatch pod")
+        return web.json_response({"seconds": 42.5})
+    runner, url, ca = await agent_server(handler)
+    try:
+        assert await fence_module._ask_agent(url, ca, 5) == 42.5
+        assert seen == ["Bearer tok-1"]
+        with pytest.raises(OSError, match="403"):
+            await fence_module._ask_agent(url, ca, 5)
+        # Another CA: the agent's certificate is not trusted, the question not sent.
+        other = generate(["localhost"]).ca.decode()
+        with pytest.raises(OSError, match="cannot reach the agent"):
+            await fence_module._ask_agent(url, other, 5)
+        assert len(seen) == 2
+    finally:
+        await runner.cleanup()
+    with pytest.raises(OSError, match="cannot reach the agent"):
+        await fence_module._ask_agent(url, ca, 5)
