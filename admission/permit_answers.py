@@ -13,6 +13,11 @@ revoked, which ends every share.
 Each answer is read from the permit after the reads, never before them: the permit held
 when the answer is sent is the one it may speak for (the model's "answers later, from the
 permit it holds then").
+
+Who asks is learnt from the pod's own ServiceAccount token for the fence's audience
+(admission.fence), by a TokenReview in the worker: a bound token names its pod (name and
+UID), so a pod cannot ask for another, and nothing else of the pod's request is believed.
+The pod is then read live: its TrainJob and its A are those the worker's webhook gave it.
 """
 
 from __future__ import annotations
@@ -21,12 +26,33 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiohttp import web
+
+from admission.fence import AUDIENCE
 from admission.permit_renewal import PermitRenewal
 from dispatch_kubeflow.core import errors, names
-from dispatch_kubeflow.core.objects import annotations_of
+from dispatch_kubeflow.core.execution import execution_of
+from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.core.permit import refusal
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
+from dispatch_kubeflow.kube.resources import POD, TOKEN_REVIEW, TRAINJOB, WORKLOAD
+
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+SA_PREFIX = "system:serviceaccount:"
+
+
+class NotAPod(Exception):
+    """The question's token names no dispatch pod of this worker (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Asking:
+    """The pod a question comes from, as its token says."""
+
+    namespace: str
+    name: str
+    uid: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +97,44 @@ class PermitAnswers:
         self._current[pod_uid] = now
         return self._left()
 
+    async def question(self, token: str) -> Answer:
+        """The answer to a question carrying ``token``; NotAPod when the token names no
+        dispatch pod of this worker, the job's pod by that UID."""
+        asking = await self.asking(token)
+        try:
+            pod = await self.worker.get_or_none(POD, asking.name, asking.namespace)
+        except errors.KubeError as exc:
+            return Answer(0.0, f"cannot read the pod in worker {self.cluster}: {exc}")
+        if pod is None or str(meta(pod).get("uid") or "") != asking.uid:
+            raise NotAPod(f"pod {asking.namespace}/{asking.name} ({asking.uid}) is gone")
+        labels = labels_of(pod)
+        trainjob = labels.get(names.JOBSET_NAME_LABEL)
+        admission = execution_of(pod).admissions
+        if not labels.get(names.JOB_ID_LABEL) or not trainjob or admission is None:
+            raise NotAPod(f"pod {asking.namespace}/{asking.name} is not a dispatch pod with "
+                          "an identity from this worker's webhook")
+        return await self.answer(asking.namespace, asking.uid, trainjob, admission)
+
+    async def asking(self, token: str) -> Asking:
+        """Who holds ``token``: a TokenReview in the worker, for the fence's audience."""
+        review = await self.worker.create(TOKEN_REVIEW, {
+            "apiVersion": TOKEN_REVIEW.api_version, "kind": TOKEN_REVIEW.kind,
+            "metadata": {"name": "dispatch-fence"},
+            "spec": {"token": token, "audiences": [AUDIENCE]}})
+        status = review.get("status") or {}
+        if not status.get("authenticated") or AUDIENCE not in (status.get("audiences") or []):
+            raise NotAPod(f"the token is not one for {AUDIENCE}: "
+                          f"{status.get('error') or 'not authenticated'}")
+        user = status.get("user") or {}
+        username = str(user.get("username") or "")
+        extra = user.get("extra") or {}
+        name = (extra.get(POD_NAME_EXTRA) or [""])[0]
+        uid = (extra.get(POD_UID_EXTRA) or [""])[0]
+        if not username.startswith(SA_PREFIX) or not name or not uid:
+            raise NotAPod("the token is bound to no pod (a pod's projected token is)")
+        namespace = username[len(SA_PREFIX):].partition(":")[0]
+        return Asking(namespace, str(name), str(uid))
+
     def _left(self) -> Answer:
         left = self.permit.left()
         return Answer(left) if left > 0 else Answer(
@@ -95,3 +159,21 @@ class PermitAnswers:
         stale = [uid for uid, at in self._current.items() if now - at > self.permit.permit.length]
         for uid in stale:
             del self._current[uid]
+
+
+def routes(answers: PermitAnswers) -> list[web.RouteDef]:
+    """``POST /fence`` on the agent's server: the answer as ``{"seconds", "reason"}``, 403
+    for a token that names no dispatch pod, 503 when the worker cannot be read."""
+    async def fence(request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer "):
+            return web.json_response({"reason": "a pod's token is required"}, status=401)
+        try:
+            got = await answers.question(auth.removeprefix("Bearer ").strip())
+        except NotAPod as exc:
+            return web.json_response({"reason": str(exc)}, status=403)
+        except errors.KubeError as exc:
+            return web.json_response({"reason": f"cannot review the token: {exc}"},
+                                     status=503)
+        return web.json_response({"seconds": got.seconds, "reason": got.reason})
+    return [web.post("/fence", fence)]

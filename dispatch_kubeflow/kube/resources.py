@@ -56,3 +56,5 @@ ADMISSION_CHECK = Resource(names.KUEUE_GROUP, names.KUEUE_VERSION, "admissionche
                            "AdmissionCheck", namespaced=False)
 SELF_SUBJECT_ACCESS_REVIEW = Resource("authorization.k8s.io", "v1", "selfsubjectaccessreviews",
                                       "SelfSubjectAccessReview", namespaced=False)
+TOKEN_REVIEW = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview",
+                        namespaced=False)

@@ -10,12 +10,28 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
-from admission.permit_answers import PermitAnswers
+from admission.fence import AUDIENCE
+from admission.permit_answers import (
+    POD_NAME_EXTRA,
+    POD_UID_EXTRA,
+    NotAPod,
+    PermitAnswers,
+    routes,
+)
 from admission.permit_renewal import PermitRenewal
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.permit import lease_name
-from dispatch_kubeflow.kube.resources import LEASE, TRAINJOB, WORKLOAD, Resource
+from dispatch_kubeflow.kube.resources import (
+    LEASE,
+    POD,
+    TOKEN_REVIEW,
+    TRAINJOB,
+    WORKLOAD,
+    Resource,
+)
 from tests.unit.fake_kube import FakeKube
 
 pytestmark = pytest.mark.asyncio
@@ -156,3 +172,91 @@ async def test_a_trainjob_not_made_by_multikueue_is_refused() -> None:
     got = await agent.answer(NS, "pod-1", "local-one", 1)
     assert got.seconds == 0
     assert names.PREBUILT_WORKLOAD in got.reason
+
+
+# --- who asks: the pod's token, reviewed in the worker -----------------------------------------
+
+class Worker(FakeKube):
+    """The worker's API server, with TokenReview: ``tokens`` maps a token to the pod it is
+    bound to (namespace, name, uid) and its audience."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.tokens: dict[str, tuple[str, str, str, str]] = {}
+
+    async def create(self, res: Resource, body: dict[str, Any], namespace: str | None = None,
+                     **kw: Any) -> dict[str, Any]:
+        if res is not TOKEN_REVIEW:
+            return await super().create(res, body, namespace, **kw)
+        bound = self.tokens.get(body["spec"]["token"])
+        if bound is None or bound[3] not in body["spec"]["audiences"]:
+            return {**body, "status": {"authenticated": False, "error": "invalid bearer token"}}
+        ns, name, uid, audience = bound
+        return {**body, "status": {"authenticated": True, "audiences": [audience], "user": {
+            "username": f"system:serviceaccount:{ns}:default",
+            "extra": {POD_NAME_EXTRA: [name], POD_UID_EXTRA: [uid]}}}}
+
+
+async def worker_pod(worker: FakeKube, a: int, *, identity: bool = True) -> str:
+    env = [{"name": names.ENV_ATTEMPT, "value": f"jabc.1.1.{a}.0"}] if identity else []
+    made = await worker.create(POD, {
+        "metadata": {"name": "dj-abc-s1-node-0-0", "labels": {
+            names.JOB_ID_LABEL: "jabc", names.JOBSET_NAME_LABEL: "dj-abc-s1"}},
+        "spec": {"containers": [{"name": "node", "env": env}]}}, NS)
+    return str(made["metadata"]["uid"])
+
+
+async def door(a: int = 2, pod_a: int = 2, *, identity: bool = True
+               ) -> tuple[Worker, PermitAnswers, str]:
+    manager, _, clock, _ = await world(a)
+    worker = Worker()
+    remote = trainjob(a)
+    remote["metadata"]["annotations"][names.PREBUILT_WORKLOAD] = WL
+    await worker.create(TRAINJOB, remote, NS)
+    uid = await worker_pod(worker, pod_a, identity=identity)
+    worker.tokens["good"] = (NS, "dj-abc-s1-node-0-0", uid, AUDIENCE)
+    worker.tokens["api"] = (NS, "dj-abc-s1-node-0-0", uid, "https://kubernetes.default.svc")
+    worker.tokens["replaced"] = (NS, "dj-abc-s1-node-0-0", "another-uid", AUDIENCE)
+    permit = PermitRenewal(manager, "w1", "agent-1", length=LENGTH, clock=clock)
+    assert await permit.renew_once()
+    return worker, PermitAnswers(manager, worker, permit, "w1", clock=clock), uid
+
+
+async def test_a_pods_own_token_gets_its_answer() -> None:
+    _, agent, _ = await door()
+    assert (await agent.question("good")).seconds == LENGTH
+    _, agent, _ = await door(a=3, pod_a=2)  # the manager's A moved on
+    got = await agent.question("good")
+    assert got.seconds == 0
+    assert "the pod's 2" in got.reason
+
+
+@pytest.mark.parametrize(("token", "why"), [
+    ("nobody", "not one for dispatch-fence"),
+    ("api", "not one for dispatch-fence"),  # the pod's API token: another audience
+    ("replaced", "is gone"),  # bound to a pod of that name that no longer exists
+])
+async def test_a_token_that_names_no_dispatch_pod_is_refused(token: str, why: str) -> None:
+    _, agent, _ = await door()
+    with pytest.raises(NotAPod, match=why):
+        await agent.question(token)
+
+
+async def test_a_pod_without_an_identity_from_the_webhook_is_refused() -> None:
+    _, agent, _ = await door(identity=False)
+    with pytest.raises(NotAPod, match="not a dispatch pod with an identity"):
+        await agent.question("good")
+
+
+async def test_the_door_answers_in_json_and_refuses_strangers() -> None:
+    _, agent, _ = await door()
+    app = web.Application()
+    app.add_routes(routes(agent))
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.post("/fence")
+        assert resp.status == 401
+        resp = await client.post("/fence", headers={"Authorization": "Bearer nobody"})
+        assert resp.status == 403
+        resp = await client.post("/fence", headers={"Authorization": "Bearer good"})
+        assert resp.status == 200
+        assert await resp.json() == {"seconds": LENGTH, "reason": ""}
