@@ -47,6 +47,15 @@ def setup() -> tuple[FakeKube, Clock, PermitRevocation]:
     return k, clock, PermitRevocation(k, length=LENGTH, drift=DRIFT, clock=clock)
 
 
+async def revoked_just_after_the_wait(m: PermitRevocation, clock: Clock) -> None:
+    """w1's permit, last seen new at ``clock.now``: not revoked a moment before the wait is
+    over, revoked a moment after."""
+    clock.now += WAIT - EPS
+    assert await m.observe_once() == []
+    clock.now += 2 * EPS
+    assert await m.observe_once() == [lease_name("w1")]
+
+
 async def test_a_permit_renewed_in_time_is_never_revoked_and_a_silent_one_is() -> None:
     k, clock, m = setup()
     await granted(k, "w1")
@@ -80,10 +89,7 @@ async def test_it_waits_the_whole_wait_from_the_first_sighting() -> None:
     k, clock, m = setup()
     await granted(k, "w1")
     assert await m.observe_once() == []
-    clock.now += WAIT - EPS
-    assert await m.observe_once() == []
-    clock.now += 2 * EPS
-    assert await m.observe_once() == [lease_name("w1")]
+    await revoked_just_after_the_wait(m, clock)
 
 
 async def test_a_version_is_timed_from_after_the_read_that_saw_it() -> None:
@@ -98,10 +104,7 @@ async def test_a_version_is_timed_from_after_the_read_that_saw_it() -> None:
     k.before = slow
     assert await m.observe_once() == []
     k.before = None
-    clock.now += WAIT - EPS
-    assert await m.observe_once() == []
-    clock.now += 2 * EPS
-    assert await m.observe_once() == [lease_name("w1")]
+    await revoked_just_after_the_wait(m, clock)
 
 
 async def test_a_renewal_between_the_read_and_the_revocation_wins() -> None:
@@ -127,10 +130,7 @@ async def test_a_renewal_between_the_read_and_the_revocation_wins() -> None:
     # The new version is timed from when it is first seen, not from the old one's sighting.
     clock.now += 1
     assert await m.observe_once() == []
-    clock.now += WAIT - EPS
-    assert await m.observe_once() == []
-    clock.now += 2 * EPS
-    assert await m.observe_once() == [lease_name("w1")]
+    await revoked_just_after_the_wait(m, clock)
 
 
 async def test_a_permit_granted_again_is_timed_afresh() -> None:
@@ -146,10 +146,7 @@ async def test_a_permit_granted_again_is_timed_afresh() -> None:
     granted_again = {**revoked, "metadata": {**revoked["metadata"], "annotations": {}}}
     await k.replace(LEASE, granted_again, NS)
     assert await m.observe_once() == []
-    clock.now += WAIT - EPS
-    assert await m.observe_once() == []
-    clock.now += 2 * EPS
-    assert await m.observe_once() == [lease_name("w1")]
+    await revoked_just_after_the_wait(m, clock)
 
 
 async def test_only_permit_leases_are_touched() -> None:
