@@ -148,7 +148,7 @@ class PermitAnswers:
         if not workload:
             return (f"TrainJob {namespace}/{trainjob} in worker {self.cluster} names no "
                     f"Workload in the manager ({names.PREBUILT_WORKLOAD}): not MultiKueue's")
-        # The Workload first, then the TrainJob: core.permit.refusal says why that order.
+        # Both live, after the pod asked; in either order (core.permit.refusal).
         wl = await self.manager.get_or_none(WORKLOAD, workload, namespace)
         tj = await self.manager.get_or_none(TRAINJOB, trainjob, namespace)
         return refusal(wl, tj, admission, self.cluster)

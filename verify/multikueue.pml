@@ -109,6 +109,13 @@
  *                  deletion, and that remote is left behind when the worker is lost.
  *   REGRANTANY     the manager grants again without the pods gone. Must fail: a pod
  *                  confirmed before the readmission starts on the new permit.
+ *   TWOREADS       the agent's read as the code sends it, two requests: the job's
+ *                  Workload (dispatched here?), then its TrainJob (the pod's A?). Verifies:
+ *                  a pod at A exists only once admission A was dispatched here, and the gate
+ *                  raises A only while nothing is dispatched.
+ *   TJFIRST        with TWOREADS, the TrainJob read first. Must fail (c): A is read, then
+ *                  the job is readmitted and dispatched to the same worker, and the Workload
+ *                  read says "here" for the pod of the passed A.
  * Bounds: PERMIT (3), DRIFT (1), WORKER_LOST (1), MAXCUT (1), MAXA (approvals, 2).
  * PROPS: which properties to check, 1 (a), 4 (c); default 5.
  * The printf lines tell a trail's story (spin -t).
@@ -177,6 +184,7 @@ byte remote[2];                 /* the remote TrainJob's A; 0: none */
 #define CONFIRMED 2             /* the agent read the job's Workload: the pod's A is the
                                    job's and the job is dispatched here; no answer yet */
 #define RUNNING   3             /* its workload runs */
+#define FIRSTREAD 4             /* (TWOREADS) the first of the agent's two reads passed */
 byte pod[2];
 byte pA[2];                     /* the pod's identity: its remote's A */
 byte fz[2];                     /* ticks until the pod must have fenced; its fence may fire
@@ -334,6 +342,39 @@ proctype Worker(byte w) {
                 printf("MSC: w%d's webhook admits a pod of A = %d; it asks how long\n", w, pA[w]) }
 #ifdef NOCONFIRM
   :: d_step { pod[w] == CREATED -> pod[w] = CONFIRMED }
+#elif defined(TWOREADS) && !defined(TJFIRST)
+  /* the agent's read in two requests, as the code sends them (core.permit.refusal): the
+   * job's Workload first (dispatched here?), then its TrainJob (A the pod's?) */
+  :: d_step { pod[w] == CREATED && link[w] ->
+                if
+                :: disp == w -> pod[w] = FIRSTREAD;
+                     printf("MSC: w%d's agent reads the job's Workload in the manager: dispatched here\n", w)
+                :: else -> pod[w] = NOPOD; pA[w] = 0;
+                     printf("MSC: w%d's agent reads the job's Workload in the manager: not dispatched here: no share, the pod ends\n", w)
+                fi }
+  :: d_step { pod[w] == FIRSTREAD && link[w] ->
+                if
+                :: A == pA[w] -> pod[w] = CONFIRMED;
+                     printf("MSC: w%d's agent reads the job's TrainJob in the manager: A = %d, the pod's\n", w, A)
+                :: else -> printf("MSC: w%d's agent reads the job's TrainJob in the manager: A = %d, not the pod's %d: no share, the pod ends\n", w, A, pA[w]);
+                     pod[w] = NOPOD; pA[w] = 0
+                fi }
+#elif defined(TWOREADS)
+  /* TJFIRST: the same two requests the other way round, the TrainJob first */
+  :: d_step { pod[w] == CREATED && link[w] ->
+                if
+                :: A == pA[w] -> pod[w] = FIRSTREAD;
+                     printf("MSC: w%d's agent reads the job's TrainJob in the manager: A = %d, the pod's\n", w, A)
+                :: else -> printf("MSC: w%d's agent reads the job's TrainJob in the manager: A = %d, not the pod's %d: no share, the pod ends\n", w, A, pA[w]);
+                     pod[w] = NOPOD; pA[w] = 0
+                fi }
+  :: d_step { pod[w] == FIRSTREAD && link[w] ->
+                if
+                :: disp == w -> pod[w] = CONFIRMED;
+                     printf("MSC: w%d's agent reads the job's Workload in the manager: dispatched here\n", w)
+                :: else -> pod[w] = NOPOD; pA[w] = 0;
+                     printf("MSC: w%d's agent reads the job's Workload in the manager: not dispatched here: no share, the pod ends\n", w)
+                fi }
 #else
   /* the agent reads the job's Workload in the manager, live: is the pod's A the job's
    * admission count, and the job dispatched to this worker? */

@@ -243,6 +243,13 @@ MK_VARIANTS = (
     Variant("mk-regrantany", ("REGRANTANY",), True,
             "the permit granted again with pods of the worker left: one confirmed before "
             "the readmission starts on the new permit", bfs=True, model=_MK),
+    Variant("mk-tworeads", ("TWOREADS",), False,
+            "the agent's read in the code's two requests, the Workload then the TrainJob: "
+            "every property holds", model=_MK),
+    Variant("mk-tworeads-tjfirst", ("TWOREADS", "TJFIRST"), False,
+            "the two reads the other way round, the TrainJob first: every property holds "
+            "too, so their order is free (a pod exists before its reads: the gate lists it, "
+            "or its worker is revoked and answers nothing until it is gone)", model=_MK),
 )
 ALL_VARIANTS = VARIANTS + MK_VARIANTS
 """Every variant of both models: what ``make verify`` runs."""

@@ -149,15 +149,15 @@ def revocation(lease: Mapping[str, Any]) -> dict[str, Any]:
 def refusal(workload: Mapping[str, Any] | None, trainjob: Mapping[str, Any] | None,
             admission: int, cluster: str) -> str | None:
     """Why a pod at admission count ``admission`` in the worker ``cluster`` must not start
-    (None: it may), from the job's Workload and TrainJob in the manager, read live and in
-    that order.
+    (None: it may), from the job's Workload and TrainJob in the manager, read live after the
+    pod asked.
 
     A remote TrainJob left on a worker that was lost makes pods at its old A; only the
     manager knows that A has moved on or that the job runs elsewhere now (the model's
-    NOCONFIRM). The Workload is read first: a pod at A = a exists only after admission a
-    was dispatched to this worker, so if the TrainJob read after it still says a, the
-    Workload read before it showed admission a's dispatch (the gate raises A only while
-    MultiKueue has dispatched nothing) and the pod's execution is the job's current one.
+    NOCONFIRM). The two reads may come in either order (the model's TWOREADS, TJFIRST): the
+    pod exists before both, so until it ends the gate's live list sees it, or its worker's
+    permit is revoked and it gets no answer until it is gone; a pod made after a
+    readmission reads the new A in both.
     """
     if workload is None or trainjob is None:
         return "the job is gone from the manager"

@@ -29,7 +29,8 @@ needs_spin = pytest.mark.skipif(
 BUDGET = 120.0
 """Seconds the exhaustive check of one variant may take, spin and gcc included."""
 
-MUST_VERIFY = ("mk-permit", "mk-twocuts", "mk-drift2", "mk-nodrift-nomargin")
+MUST_VERIFY = ("mk-permit", "mk-twocuts", "mk-drift2", "mk-nodrift-nomargin", "mk-tworeads",
+               "mk-tworeads-tjfirst")
 RULES = ("NOSELFFENCE", "NOREVOKE", "NOMARGIN", "LATESTART", "NOCONFIRM", "DELETEREMOTES",
          "REGRANTANY")
 """The model's switches that take a rule of the permit away."""
