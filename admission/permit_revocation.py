@@ -30,6 +30,7 @@ from dispatch_kubeflow.core.permit import (
     DEFAULT_DRIFT,
     DEFAULT_LENGTH,
     Silence,
+    grant,
     is_revoked,
     lease_name,
     manager_wait,
@@ -115,13 +116,9 @@ class PermitRevocation:
             log.info("the permit of %s stays revoked: %d dispatch pod(s) alive there",
                      cluster, len(left))
             return False
-        body = {**lease, "metadata": {**meta(lease), "annotations": {
-            k: v for k, v in (meta(lease).get("annotations") or {}).items()
-            if k != names.PERMIT_REVOKED}}}
         try:
-            # Carries the revoked version read before the list: written on anything else
-            # (another replica's grant, say), it is a 409 and grants nothing twice.
-            await self.manager.replace(LEASE, body, self.namespace)
+            # Carries the revoked version read before the list (core.permit.grant).
+            await self.manager.replace(LEASE, grant(lease), self.namespace)
         except errors.KubeConflict:
             return False
         log.warning("granted the permit %s/%s again: worker %s lists no dispatch pod",

@@ -146,6 +146,17 @@ def revocation(lease: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
+def grant(lease: Mapping[str, Any]) -> dict[str, Any]:
+    """The PUT that grants the revoked ``lease`` again, carrying the revoked version read:
+    written on anything else (another replica's grant), it is a 409 and grants nothing
+    twice."""
+    body = copy.deepcopy(dict(lease))
+    annotations = body.setdefault("metadata", {}).get("annotations") or {}
+    body["metadata"]["annotations"] = {k: v for k, v in annotations.items()
+                                       if k != names.PERMIT_REVOKED}
+    return body
+
+
 def refusal(workload: Mapping[str, Any] | None, trainjob: Mapping[str, Any] | None,
             admission: int, cluster: str) -> str | None:
     """Why a pod at admission count ``admission`` in the worker ``cluster`` must not start

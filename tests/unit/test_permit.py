@@ -17,8 +17,11 @@ from dispatch_kubeflow.core.permit import (
     PermitError,
     Share,
     Silence,
+    grant,
+    is_revoked,
     manager_wait,
     refusal,
+    revocation,
 )
 
 LENGTH = 60.0
@@ -164,3 +167,16 @@ def test_a_pod_starts_only_at_the_current_admission_and_where_it_was_dispatched(
     assert "to no worker" in str(refusal(_workload(None), _trainjob(3), 3, "w1"))
     assert "gone from the manager" in str(refusal(None, _trainjob(3), 3, "w1"))
     assert "gone from the manager" in str(refusal(_workload("w1"), None, 3, "w1"))
+
+
+def test_the_revocation_and_the_grant_undo_each_other_on_the_version_read() -> None:
+    lease = {"metadata": {"name": "dispatch-worker-w1", "resourceVersion": "41",
+                          "annotations": {"team": "a"}}, "spec": {}}
+    revoked = revocation(lease)
+    assert is_revoked(revoked)
+    revoked["metadata"]["resourceVersion"] = "42"
+    granted = grant(revoked)
+    assert not is_revoked(granted)
+    assert granted["metadata"] == {"name": "dispatch-worker-w1", "resourceVersion": "42",
+                                   "annotations": {"team": "a"}}
+    assert is_revoked(revoked)  # the lease read is left as it was
