@@ -186,7 +186,7 @@ class WebhookServer:
     async def _list_pods(self, namespace: str, trainjob: str) -> list[Obj]:
         # Live, like the TrainJob: the fence is only as good as this list is current.
         pods, _ = await self.kube.list(POD, namespace,
-                                       label_selector=f"{names.JOBSET_NAME_LABEL}={trainjob}")
+                                       label_selector=names.pods_of(trainjob))
         return pods
 
     async def _list_workloads(self, namespace: str, trainjob_uid: str) -> list[Obj]:

@@ -432,7 +432,7 @@ class Readmission:
     async def _list_pods(self, ns: str, tj_name: str) -> list[Obj]:
         """The job's pods, listed live (every phase: :func:`alive` says which count)."""
         pods, _ = await self.kube.list(
-            POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={tj_name}")
+            POD, ns, label_selector=names.pods_of(tj_name))
         return pods
 
     async def _raise(self, key: Key, tj_name: str, patch: Obj, what: str) -> Obj | None:

@@ -55,7 +55,7 @@ async def prove_worker(cluster: str, worker: KubeAPI, revocation: PermitRevocati
     async def listed() -> int | errors.KubeError:
         try:
             pods, _ = await worker.list(
-                POD, namespace, label_selector=f"{names.JOBSET_NAME_LABEL}={trainjob}")
+                POD, namespace, label_selector=names.pods_of(trainjob))
         except errors.KubeError as exc:
             return exc
         return len(alive(pods))

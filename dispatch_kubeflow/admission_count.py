@@ -69,7 +69,7 @@ async def admit_plain(
             return False
         await wait_for(kube, POD, namespace,
                        lambda pods: True if not alive(pods.values()) else None,
-                       label_selector=f"{names.JOBSET_NAME_LABEL}={name}")
+                       label_selector=names.pods_of(name))
         jobset = await _jobset(kube, namespace, name)
         # The pods may have gone while the TrainJob changed: the patch's resourceVersion
         # makes any such change a conflict, and the loop looks again.

@@ -94,7 +94,7 @@ class PlainMode:
         if trainjob is None:
             return
         pods, _ = await kube.list(POD, ref.namespace,
-                                  label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+                                  label_selector=names.pods_of(ref.name))
         until = self.hold_expiry(trainjob, pods)
         if until is None or until > datetime.now(UTC):
             return

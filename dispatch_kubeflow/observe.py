@@ -53,7 +53,7 @@ async def read(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef
     """The job's TrainJob, Workload (the mode's) and pods, as they are now."""
     trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
     pods, _ = await kube.list(POD, ref.namespace,
-                              label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+                              label_selector=names.pods_of(ref.name))
     workload = await mode.workload(kube, trainjob) if trainjob is not None else None
     return trainjob, workload, pods
 

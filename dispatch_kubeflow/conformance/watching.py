@@ -45,7 +45,7 @@ class JobView:
 
 
 def pod_selector(ref: ObjectRef) -> str:
-    return f"{names.JOBSET_NAME_LABEL}={ref.name}"
+    return names.pods_of(ref.name)
 
 
 def workload_selector(ref: ObjectRef) -> str:

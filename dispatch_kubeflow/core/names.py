@@ -111,3 +111,9 @@ WEBHOOK_CONFIGURATION: Final = "dispatch-admission"
 def trainjob_name(job_id: str, submission: int) -> str:
     """The TrainJob (and runtime copy, and JobSet) name: ``dj-<lowercase job id>-s<n>``."""
     return f"dj-{job_id.lower()}-s{submission}"
+
+
+def pods_of(trainjob: str) -> str:
+    """The label selector of every pod of TrainJob ``trainjob``: its JobSet is named as it
+    is, whichever JobSet object (re-made or not) made the pod."""
+    return f"{JOBSET_NAME_LABEL}={trainjob}"

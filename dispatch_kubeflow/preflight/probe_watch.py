@@ -61,7 +61,7 @@ async def watch_pods(kube: KubeAPI, ns: str, name: str, seen: ProbeWatch) -> Non
         seen.check_proof()
         return None
 
-    await wait_for(kube, POD, ns, any_pod, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")
+    await wait_for(kube, POD, ns, any_pod, label_selector=names.pods_of(name))
 
 
 def breached(name: str, seen: ProbeWatch) -> CapabilityStatus | None:

@@ -119,7 +119,7 @@ async def held_only_once_pods_are_gone(backend: Backend, kube: Kube,
     while True:
         obs = await backend.inspect(ref)
         pods, _ = await kube.list(r.POD, ref.namespace,
-                                  label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+                                  label_selector=names.pods_of(ref.name))
         if obs.state is ObjectState.HELD:
             assert pods == [], "Held reported while a pod of the execution is there"
             assert saw_holding_with_pods
@@ -580,7 +580,7 @@ async def test_stop_job_ends_though_the_controller_manager_does_not_answer(
 
 
 async def _pods_running(kube: Kube, ns: str, name: str, n: int) -> bool:
-    pods, _ = await kube.list(r.POD, ns, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")
+    pods, _ = await kube.list(r.POD, ns, label_selector=names.pods_of(name))
     return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running") >= n
 
 

@@ -195,7 +195,7 @@ async def test_plain_jobset_remade_waits_for_hold_and_release(
     new = await eventually(remade, 60, "Trainer's new JobSet")
     await asyncio.sleep(30)  # the old pods go; nothing of the new JobSet may start
     pods, _ = await kube.list(r.POD, namespace,
-                              label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+                              label_selector=names.pods_of(ref.name))
     made = [p["metadata"]["name"] for p in pods
             if p["metadata"]["labels"].get(names.JOBSET_UID_LABEL) == new["metadata"]["uid"]]
     assert made == [], f"pods of the re-made JobSet made without an approval: {made}"

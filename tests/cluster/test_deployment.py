@@ -205,7 +205,7 @@ async def test_a_rolling_restart_while_held_and_released_runs_no_execution_twice
         return -1
 
     async def watch_pods() -> None:
-        selector = f"{names.JOBSET_NAME_LABEL}={tj}"
+        selector = names.pods_of(tj)
         async for ev in kube.observe(r.POD, ns, label_selector=selector):
             if stop.is_set():
                 return

@@ -115,7 +115,7 @@ async def watching(kube: Kube, ref: ObjectRef) -> AsyncIterator[PodLog]:
 
     async def pump() -> None:
         stream = kube.observe(r.POD, ref.namespace,
-                              label_selector=f"{names.JOBSET_NAME_LABEL}={ref.name}")
+                              label_selector=names.pods_of(ref.name))
         async for ev in stream:
             if ev.type == "SYNC":
                 if not log.events:
