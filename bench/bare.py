@@ -80,13 +80,22 @@ def terminal(name: str) -> Callable[[Mapping[str, Obj]], bool]:
 
 
 async def bare_job(kube: Kube, ns: str, i: int) -> tuple[dict[str, int], float, bool]:
-    """A job's whole lifecycle with the fewest requests for what the library does: a runtime
-    copy owned by the TrainJob, a gated TrainJob, Start returning once the Workload exists,
-    Open, a wait to the end, StopJob recording its reason and seeing the pods go. Its
-    requests by step (each counted where it is made: the jobs run at once on one connection),
-    its stop's seconds, and whether it succeeded. No fence, no check of what it reads, no
-    retry of what fails, and no dispatch labels (so no identity). Its stop proves what
-    StopJob proves, that nothing of the job is left (:func:`bare_stop`)."""
+    """:func:`bare_run`, then its stop at once, alone (:func:`bare_stop`): its requests by
+    step, its stop's seconds, and whether it succeeded."""
+    counts, tj, ok = await bare_run(kube, ns, i)
+    began = now()
+    counts["stop"] += await bare_stop(kube, ns, tj)
+    return counts, now() - began, ok
+
+
+async def bare_run(kube: Kube, ns: str, i: int) -> tuple[dict[str, int], Obj, bool]:
+    """A job's lifecycle up to its end with the fewest requests for what the library does: a
+    runtime copy owned by the TrainJob, a gated TrainJob, Start returning once the Workload
+    exists, Open, a wait to the end. Its requests by step (each counted where it is made: the
+    jobs run at once on one connection), its TrainJob, and whether it succeeded. No fence,
+    no check of what it reads, no retry of what fails, and no dispatch labels (so no
+    identity). Its stop (:func:`bare_stop`) proves what StopJob proves, that nothing of the
+    job is left."""
     name = f"floor-{i}"
     counts = dict.fromkeys(("start", "open", "wait", "stop"), 0)
     source = await kube.get(r.CLUSTER_TRAINING_RUNTIME, RUNTIME)
@@ -130,9 +139,7 @@ async def bare_job(kube: Kube, ns: str, i: int) -> tuple[dict[str, int], float, 
         return terminal(name)(tjs)
     await watch_until(kube, r.TRAINJOB, ns, ended, field_selector=f"metadata.name={name}")
     counts["wait"] += 1
-    began = now()
-    counts["stop"] += await bare_stop(kube, ns, tj)
-    return counts, now() - began, is_true(seen.get(name) or {}, "Complete")
+    return counts, tj, is_true(seen.get(name) or {}, "Complete")
 
 
 async def bare_stop(kube: Kube, ns: str, tj: Obj) -> int:
