@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bare import bare_run, bare_stop
+from bare import bare_run, bare_stop, floor_check
 from phases import floor_side
 from queues import DONE, SPEC, drop_queue, make_queue, now, settings, wait_limit
 
@@ -205,6 +205,14 @@ async def dispatch_side(kubeconfig: str, admin: Kube, ns: str, n: int, quota: in
 
 
 async def floor_side_run(kubeconfig: str, admin: Kube, ns: str, n: int, quota: int) -> Side:
+    await floor_check(admin, True)
+    try:
+        return await floor_stops(kubeconfig, admin, ns, n, quota)
+    finally:
+        await floor_check(admin, False)
+
+
+async def floor_stops(kubeconfig: str, admin: Kube, ns: str, n: int, quota: int) -> Side:
     async with floor_side(kubeconfig, admin, ns, quota):
         kube = await Kube.connect(kubeconfig=kubeconfig, request_timeout=600)
         try:
@@ -285,6 +293,7 @@ async def main() -> None:
         sides = [await dispatch_side(kubeconfig, admin, f"stops-{tag}-d", a.jobs, a.quota,
                                      trace)]
         if a.floor:
+            report(a.jobs, sides, trace)  # kept should the floor's side fail
             sides.append(await floor_side_run(kubeconfig, admin, f"stops-{tag}-f", a.jobs,
                                               a.quota))
     finally:
