@@ -36,7 +36,7 @@ from dispatch_kubeflow import (
 from dispatch_kubeflow.events import JobEvent
 from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.jobs import JobInfo
-from dispatch_kubeflow.kube import Kube, KubeAPI, transport
+from dispatch_kubeflow.kube import Kube, KubeAPI, oldest_first, transport
 from dispatch_kubeflow.mode import Mode
 from dispatch_kubeflow.mode_kueue import KueueMode
 from dispatch_kubeflow.mode_plain import PlainMode
@@ -493,10 +493,14 @@ class Backend:
             DispatchError: The backend was closed while the stop was under way.
         """
         ns = self.settings.namespace
-        return await stop.stop_job(self._kube, ns, as_job_id(job), reason,
-                                   kinds=self._mode.kinds, limit=self.settings.timeouts.stop_job,
-                                   crowd=self._stops, feeds=self._mode.watched(ns),
-                                   limits=self._stop_limits)
+        # Its requests wait for a connection as of when it began: of many stops at once,
+        # the first run through instead of each ending with the crowd (kube.slots).
+        with oldest_first():
+            return await stop.stop_job(self._kube, ns, as_job_id(job), reason,
+                                       kinds=self._mode.kinds,
+                                       limit=self.settings.timeouts.stop_job,
+                                       crowd=self._stops, feeds=self._mode.watched(ns),
+                                       limits=self._stop_limits)
 
     async def find(self, job: JobID | str) -> tuple[ObjectRef, ...]:
         """Every object of the job that exists, orphans included.

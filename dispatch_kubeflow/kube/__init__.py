@@ -7,6 +7,8 @@ Everything else (the library and the admission controller) talks to Kubernetes t
 
 from dispatch_kubeflow.kube.port import ByteSource, KubeAPI, Obj, PatchKind, WatchEvent
 from dispatch_kubeflow.kube.resources import Resource
+from dispatch_kubeflow.kube.slots import oldest_first
 from dispatch_kubeflow.kube.transport import Kube
 
-__all__ = ["ByteSource", "Kube", "KubeAPI", "Obj", "PatchKind", "Resource", "WatchEvent"]
+__all__ = ["ByteSource", "Kube", "KubeAPI", "Obj", "PatchKind", "Resource", "WatchEvent",
+           "oldest_first"]

@@ -14,7 +14,6 @@ stream has no total timeout at all: connect and silence are bounded instead).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from dispatch_kubeflow.core import errors
+from dispatch_kubeflow.kube.slots import Slots
 
 if TYPE_CHECKING:
     from kubernetes_asyncio import client as k8s_client
@@ -101,8 +101,9 @@ class Session:
         _proxy_once(api.rest_client, api.configuration.host)
         self._streams: Any = None  # the RESTClientObject of streams, made on first use
         limit = _pool_limit(api.rest_client)
-        self._slots = asyncio.Semaphore(limit) if limit > 0 else None
-        """One per connection of the requests' pool (None: the pool has no limit)."""
+        self._slots = Slots(limit) if limit > 0 else None
+        """One per connection of the requests' pool, handed out oldest call first (None:
+        the pool has no limit)."""
 
     @property
     def host(self) -> str:
@@ -115,7 +116,8 @@ class Session:
         aiohttp counts the wait for its own pool in the total timeout, so a request queued
         behind a hundred others could time out without having been sent (StopJob of 1,000
         at once: 323 pod DELETEs timed out at 30 s, issue 11). The call's own deadline
-        bounds this wait instead. Streams have a pool of their own, without a limit."""
+        bounds this wait instead. Among waiting requests the oldest call's goes first
+        (:mod:`.slots`). Streams have a pool of their own, without a limit."""
         return self._slots if not stream and self._slots is not None else nullcontext()
 
     def stream_client(self) -> Any:
