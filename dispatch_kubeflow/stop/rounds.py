@@ -10,7 +10,8 @@ were proven gone, which is all the proof (:mod:`dispatch_kubeflow.stop.views`) a
 and N stops in one chain pass make a few lists of each kind instead of N (issue 11: 1,000
 stops at once were 1,000 lists per pass on a saturated API server). A round that fails
 fails each of its stops as its own list would have, and each lists again after
-``Limits.pass_wait``.
+``Limits.pass_wait``. A round waits for a connection as the oldest stop that joined it would
+(:mod:`dispatch_kubeflow.kube.slots`: of a crowd, the stops begun first run through first).
 
 The crowd is the Backend's, beside its informers (:class:`Crowd`): how many of its stops
 run now, and its shared lists by kind and namespace. It owns the tasks that send the rounds
@@ -38,6 +39,7 @@ from dispatch_kubeflow.kube.resources import (
     TRAINJOB,
     WORKLOAD,
 )
+from dispatch_kubeflow.kube.slots import CALL_BEGAN
 from dispatch_kubeflow.waits import Owned
 
 Obj = dict[str, Any]
@@ -65,12 +67,18 @@ class Rounds:
         self.tasks = tasks or Owned()
         """The owner of the task that sends the rounds (the crowd's, or its own)."""
         self.sending: asyncio.Task[None] | None = None
+        self.next_began: float | None = None
+        """When the oldest stop that joined the next round began (kube.slots): the round's
+        list waits for a connection as that stop's own requests would."""
 
     async def fresh(self) -> tuple[list[Obj], str]:
         if self.next is None:
             self.next = asyncio.get_running_loop().create_future()
             # Retrieved here should every stop of the round have been cancelled meanwhile.
             self.next.add_done_callback(lambda f: f.cancelled() or f.exception())
+        began = CALL_BEGAN.get()
+        if began is not None and (self.next_began is None or began < self.next_began):
+            self.next_began = began
         joined = self.next
         if self.sending is None or self.sending.done():
             self.sending = self.tasks.start(self._send())
@@ -81,6 +89,9 @@ class Rounds:
         while self.next is not None:
             # Taken before the list is sent: whoever asks from now on joins the next round.
             round_, self.next = self.next, None
+            began, self.next_began = self.next_began, None
+            # The sender's own context (its task's): the mark is this round's alone.
+            CALL_BEGAN.set(began)
             self.flying = round_
             try:
                 # Metadata alone, sent and kept: all a stop reads (names, labels, owners,

@@ -223,3 +223,38 @@ async def test_each_stop_of_a_backend_waits_for_connections_as_of_its_own_beginn
     assert len(marks) == 2, marks
     assert marks[1] - marks[0] >= 0.01, marks
     assert None not in seen  # no request of either stop went unmarked
+
+
+async def test_a_shared_round_waits_as_its_oldest_stop_would() -> None:
+    """A crowd's shared list (dispatch_kubeflow.stop.rounds) serves several stops: it waits
+    for a connection as the oldest stop that joined it, whoever started the sender."""
+    from dispatch_kubeflow.kube.resources import POD
+    from dispatch_kubeflow.stop.rounds import Rounds
+
+    marks: list[float | None] = []
+    answer = asyncio.Event()
+
+    class Lists:
+        async def list(self, res: object, namespace: str | None = None,
+                       **kw: object) -> tuple[list[dict[str, object]], str]:
+            marks.append(CALL_BEGAN.get())
+            await answer.wait()
+            answer.clear()
+            return [], "1"
+
+    rounds = Rounds(Lists(), POD, "ns", "label")  # type: ignore[arg-type]
+
+    async def stop(began: float) -> None:
+        CALL_BEGAN.set(began)
+        await rounds.fresh()
+
+    late = asyncio.create_task(stop(30.0))  # sends the first round alone
+    await _settle()
+    others = [asyncio.create_task(stop(b)) for b in (20.0, 10.0)]  # join the next one
+    await _settle()
+    answer.set()
+    await _settle()
+    answer.set()
+    await asyncio.gather(late, *others)
+    assert marks == [30.0, 10.0]
+    await rounds.close()
