@@ -17,10 +17,10 @@ An approval's critical path is three requests: the live LIST of the job's pods, 
 that raises A (fenced by the TrainJob's resourceVersion) and the apply of the check Ready
 (fenced by the Workload's resourceVersion). The Workload and the TrainJob come from the
 indexes: a stale one makes its fenced write answer 409, and the key is judged again from
-live reads. Leadership is checked from the elector's own state (no request): the fences,
-not the Lease, keep a deposed leader's writes out (the model's variants ``leaseconfirm`` and
-``noleader``, docs/readmission-model.md). Events are recorded in the background after the
-writes.
+live reads (the writes and their refusals: :mod:`admission.gate_writes`). Leadership is
+checked from the elector's own state (no request): the fences, not the Lease, keep a
+deposed leader's writes out (the model's variants ``leaseconfirm`` and ``noleader``,
+docs/readmission-model.md). Events are recorded in the background after the writes.
 """
 
 from __future__ import annotations
@@ -28,12 +28,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
 from datetime import UTC, datetime
-from typing import Any
 
 from admission.decision import (
-    PENDING,
     READY,
     Decision,
     check_apply,
@@ -44,6 +41,7 @@ from admission.decision import (
     ready_message,
 )
 from admission.faults import Faults
+from admission.gate_writes import GateWrites
 from admission.intake import (
     Caches,
     Feed,
@@ -52,7 +50,7 @@ from admission.intake import (
     key_of,
 )
 from admission.lease import LeaderElector
-from admission.observability import BackgroundEvents, EventRecorder, Metrics
+from admission.observability import EventRecorder, Metrics
 from admission.reads import Reads
 from admission.triggers import Triggers
 from admission.workqueue import WorkQueue, serve
@@ -68,7 +66,7 @@ from dispatch_kubeflow.core.execution import (
 )
 from dispatch_kubeflow.core.kueue import trainjob_of
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import JOBSET, POD, TRAINJOB, WORKLOAD
+from dispatch_kubeflow.kube.resources import JOBSET, POD, WORKLOAD
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +76,6 @@ def _ms(seconds: float) -> float:
 
 class Readmission:
     """Runs the decisions for every Workload, as leader only."""
-
-    EVENTS_IN_FLIGHT = 256
-    """At most this many Events being recorded at once; beyond it one is dropped, with a
-    warning (Events are advice; decisions must not wait for them)."""
-
-    WAIT_RECHECK = 10.0
-    """Seconds after which a waiting Workload (old pods left, no JobSet yet, a re-made JobSet
-    beside old pods) is judged again with no event: what it waits for is read live then, so
-    a watch that missed the event (a stalled stream after an API server restart, stop 34's
-    CI) delays an approval by this much, never forever. A LIST or GET per waiting Workload
-    per period."""
 
     def __init__(self, kube: KubeAPI, elector: LeaderElector, caches: Caches, *,
                  workloads: Feed, trainjobs: Feed, pods: Feed, jobsets: Feed,
@@ -106,10 +93,8 @@ class Readmission:
         self._skipped: dict[Key, str] = {}
         self._warned: set[str] = set()
         """Reservations (tokens) already reported as admitted without our check."""
-        self._live: set[Key] = set()
-        """Keys whose last write met a 409: judged next from live reads, not the indexes
-        (which may still hold the version the 409 refused)."""
-        self.background = BackgroundEvents(self.EVENTS_IN_FLIGHT)
+        self.writes = GateWrites(kube, self.queue, caches, metrics=metrics, events=events,
+                                 faults=self.faults, skip=self._skip)
         self.reads = Reads(kube, caches)
         self.triggers = Triggers(self.queue, caches, workloads=workloads, trainjobs=trainjobs,
                                  pods=pods, jobsets=jobsets,
@@ -127,16 +112,12 @@ class Readmission:
     async def aclose(self, timeout: float = 5.0) -> None:
         """Stop, giving the Events in flight ``timeout`` seconds to be recorded."""
         self.close()
-        await self.background.aclose(timeout)
+        await self.writes.background.aclose(timeout)
 
     # --- Events, off the critical path ----------------------------------------------------
-    def _later(self, what: str, coro: Coroutine[Any, Any, None]) -> None:
-        """Record an Event in the background: the next decision does not wait for it."""
-        self.background.spawn(what, coro)
-
     async def settle(self) -> None:
         """Wait until no Event is being recorded (tests; the recorder never raises)."""
-        await self.background.settle()
+        await self.writes.background.settle()
 
     async def _record_admission(self, tj: Obj, count: int, token: str,
                                 ready_check: str | None) -> None:
@@ -148,11 +129,6 @@ class Readmission:
         if ready_check is not None:
             await self.events.record(tj, reason="AdmissionCheckReady", action="Approve",
                                      note=f"check {ready_check} Ready: {ready_message(count)}")
-
-    async def _record_on_trainjob(self, ns: str, name: str, **event: str) -> None:
-        tj = self.caches.trainjob(ns, name) or await self.kube.get_or_none(TRAINJOB, name, ns)
-        if tj is not None:
-            await self.events.record(tj, **event)
 
     # --- workers ----------------------------------------------------------------------
     async def run(self) -> None:
@@ -209,8 +185,7 @@ class Readmission:
         resourceVersion of the Workload judged (core.hold.keep_patch): a release that lands
         first makes it a 409, never a hold put back on a released job."""
         ns, name = key
-        live = key in self._live
-        self._live.discard(key)
+        live = self.writes.judged_live(key)
         wl = await self.reads.workload(ns, name, live)
         if wl is None:
             return
@@ -221,7 +196,7 @@ class Readmission:
         try:
             await self.kube.patch(WORKLOAD, name, hold.keep_patch(wl, held), ns, kind="merge")
         except errors.KubeConflict:
-            self._stale(key, "the hold")
+            self.writes.stale(key, "the hold")
             return
         except errors.KubeNotFound:
             return  # the Workload went; Kueue makes another, judged when it comes
@@ -237,7 +212,7 @@ class Readmission:
         log.info("workload %s/%s: %s", ns, name, note,
                  extra={"workload": f"{ns}/{name}", "trainjob": tj_name,
                         "hold_instance": instance})
-        self._later("HoldKept", self.events.record(
+        self.writes.later("HoldKept", self.events.record(
             dict(wl), reason="HoldKept", action="Deactivate", note=note,
             key=f"HoldKept/{(wl.get('metadata') or {}).get('uid')}/{instance}"))
 
@@ -251,52 +226,9 @@ class Readmission:
         ns, name = key_of(wl)
         log.warning("workload %s/%s: %s", ns, name, d.reason,
                     extra={"workload": f"{ns}/{name}", "trainjob": d.trainjob})
-        self._later("AdmittedWithoutCheck", self.events.record(
+        self.writes.later("AdmittedWithoutCheck", self.events.record(
             dict(wl), reason="AdmittedWithoutCheck", action="Warn", note=d.reason,
             type_="Warning", key=f"AdmittedWithoutCheck/{token}"))
-
-    def _stale(self, key: Key, what: str) -> None:
-        """A fence refused a write (or the token showed our Workload read is older than the
-        TrainJob read): judge again, from live reads this time."""
-        self.metrics.decisions.labels("stale").inc()
-        log.info("workload %s/%s: changed since it was judged; not writing %s, judging again",
-                 *key, what, extra={"workload": f"{key[0]}/{key[1]}"})
-        self._live.add(key)
-        self.queue.add(key)
-
-    def _recheck(self, key: Key) -> None:
-        """Judge ``key`` again in :attr:`WAIT_RECHECK` seconds, event or not (the timer
-        replaces an earlier one, so a Workload has one at a time)."""
-        self.queue.add_after(key, self.WAIT_RECHECK)
-
-    async def _write_wait(self, key: Key, wl: Obj, d: Decision) -> None:
-        """Write the check's wait message (Pending), unless it says so already."""
-        self._recheck(key)
-        if not d.write:
-            return
-        ns, name = key
-        # Fenced like the Ready: the body carries the resourceVersion of the Workload judged.
-        body = check_apply(wl, d.check, PENDING, d.message, datetime.now(UTC),
-                           fenced="no-fence" not in self.faults)
-        try:
-            await self._apply_check(ns, name, body)
-        except errors.KubeNotFound:
-            return  # the Workload went between the read and the write
-        except errors.KubeConflict:
-            self._stale(key, "the wait message")
-            return
-        self.metrics.decisions.labels("waiting").inc()
-        log.info("workload %s/%s: %s", ns, name, d.message,
-                 extra={"workload": f"{ns}/{name}", "trainjob": d.trainjob, "pods": d.pods})
-        self._later("WaitingForPreviousExecution", self._record_on_trainjob(
-            ns, d.trainjob, reason="WaitingForPreviousExecution", note=d.message,
-            action="Wait"))
-
-    async def _apply_check(self, ns: str, name: str, body: Obj) -> None:
-        # force: our field manager owns only our entry; the resourceVersion in ``body`` is
-        # the precondition (a stale version answers 409, see check_apply).
-        await self.kube.patch(WORKLOAD, name, body, ns, kind="apply", subresource="status",
-                              field_manager=names.FIELD_MANAGER, force=True)
 
     async def _act(self, key: Key, tj_name: str) -> None:
         """Judge again with a live list of the job's pods, then write: the check's wait
@@ -315,8 +247,7 @@ class Readmission:
         the two is free (the model's variants EARLYTJ and GETFIRST: either order verifies).
         """
         ns, name = key
-        live = key in self._live
-        self._live.discard(key)
+        live = self.writes.judged_live(key)
         began = time.monotonic()
         wl = await self.reads.workload(ns, name, live)
         if wl is None:
@@ -355,14 +286,14 @@ class Readmission:
         listed = time.monotonic()
         d = self._decide(wl, len(alive(live_pods)))
         if d.kind == "wait":  # old pods left: said first, whatever else is missing
-            await self._write_wait(key, wl, d)
+            await self.writes.write_wait(key, wl, d)
             return
         if d.kind != "approve":
             return
         if plan is None:
             msg = no_jobset_message(tj_name)
             said = (check_entry(wl, frozenset({check})) or {}).get("message")
-            await self._write_wait(key, wl, Decision("wait", msg, check=check,
+            await self.writes.write_wait(key, wl, Decision("wait", msg, check=check,
                                                      trainjob=tj_name, message=msg,
                                                      write=said != msg))
             return
@@ -370,7 +301,7 @@ class Readmission:
             self._skip(key, f"TrainJob {tj_name}: {plan.reason}")
             return
         if plan.stale:
-            self._stale(key, "A")
+            self.writes.stale(key, "A")
             return
         ctx = {"workload": f"{ns}/{name}", "trainjob": tj_name, "token": token,
                "admission_count": plan.count}
@@ -384,7 +315,7 @@ class Readmission:
                     return
                 if not still:
                     return
-                raised_tj = await self._raise(key, tj_name, plan.patch, "A")
+                raised_tj = await self.writes.raise_a(key, tj_name, plan.patch, "A")
                 if raised_tj is None:
                     return
                 tj = raised_tj
@@ -399,11 +330,11 @@ class Readmission:
             started = time.monotonic()
             try:
                 # Fenced: check_apply carries the resourceVersion of the Workload judged.
-                await self._apply_check(ns, name, check_apply(
+                await self.writes.apply_check(ns, name, check_apply(
                     wl, d.check, READY, ready_message(plan.count), datetime.now(UTC),
                     fenced="no-fence" not in self.faults))
             except errors.KubeConflict:
-                self._stale(key, "Ready")
+                self.writes.stale(key, "Ready")
                 return
             except errors.KubeNotFound:
                 return  # the Workload went (the index may keep one after a watch gap)
@@ -426,7 +357,7 @@ class Readmission:
             # died before recording it: its name is made from the token, so it exists once.
             # One task, so the Events are recorded in the order the writes happened.
             if raised or ready:
-                self._later("AdmissionCountRaised", self._record_admission(
+                self.writes.later("AdmissionCountRaised", self._record_admission(
                     tj, plan.count, token, d.check if ready else None))
 
     async def _list_pods(self, ns: str, tj_name: str) -> list[Obj]:
@@ -434,22 +365,6 @@ class Readmission:
         pods, _ = await self.kube.list(
             POD, ns, label_selector=names.pods_of(tj_name))
         return pods
-
-    async def _raise(self, key: Key, tj_name: str, patch: Obj, what: str) -> Obj | None:
-        """Raise A with ``patch``; the TrainJob as written, or None when nothing was.
-
-        Fenced: the patch carries the resourceVersion of the TrainJob it was planned from
-        (raise_patch, plan_rebind), so a plan made from an older version raises nothing
-        (409, judged again from live reads)."""
-        try:
-            written: Obj = await self.kube.patch(TRAINJOB, tj_name, patch, key[0], kind="merge")
-        except errors.KubeConflict:
-            self._stale(key, what)
-            return None
-        except errors.KubeNotFound:  # the index still had a TrainJob that went
-            self._skip(key, f"TrainJob {tj_name} is gone")
-            return None
-        return written
 
     async def _rebind(self, key: Key, wl: Obj, tj_name: str, pods: list[Obj],
                       live: bool) -> None:
@@ -470,11 +385,11 @@ class Readmission:
         if not plan.needed or plan.patch is None:
             log.info("workload %s/%s: %s", ns, name, plan.reason, extra=ctx)
             if others:
-                self._recheck(key)
+                self.writes.recheck(key)
             return
         if not self.elector.is_leader() or not await self.reads.workload_still(wl):
             return
-        raised_tj = await self._raise(key, tj_name, plan.patch, "A for the re-made JobSet")
+        raised_tj = await self.writes.raise_a(key, tj_name, plan.patch, "A for the re-made JobSet")
         if raised_tj is None:
             return
         self.faults.kill_if("kill-after-rebind", "after the rebind raised A", ctx)
@@ -482,7 +397,7 @@ class Readmission:
         self.metrics.decisions.labels("rebound").inc()
         log.info("workload %s/%s: %s; raised A to %d", ns, name, plan.reason, plan.count,
                  extra={**ctx, "admission_count": plan.count})
-        self._later("ExecutionRebound", self.events.record(
+        self.writes.later("ExecutionRebound", self.events.record(
             tj, reason="AdmissionCountRaised", action="RaiseAdmissionCount",
             note=f"admission count A raised to {plan.count}: {plan.reason}, and no pod of "
                  "the previous execution is left",

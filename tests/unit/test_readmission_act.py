@@ -27,6 +27,7 @@ from admission.decision import (
     waiting_message,
 )
 from admission.faults import Faults
+from admission.gate_writes import GateWrites
 from admission.intake import Caches, Feed
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
@@ -464,9 +465,9 @@ async def test_events_are_recorded_after_the_ready_write_and_failures_are_logged
 async def test_close_waits_for_the_events_in_flight() -> None:
     w = await world(0)
     await w.r._act(KEY, TJ)
-    assert len(w.r.background) > 0
+    assert len(w.r.writes.background) > 0
     await w.r.aclose()
-    assert len(w.r.background) == 0
+    assert len(w.r.writes.background) == 0
     assert len(w.events("AdmissionCheckReady")) == 1
 
 
@@ -703,11 +704,11 @@ async def test_a_wait_for_the_jobset_is_judged_again_without_a_watch_event() -> 
     await w.act()
     assert w.check()["message"] == no_jobset_message(TJ)
     js = await w.k.create(JOBSET, {"metadata": {"name": TJ}}, NS)  # no event reaches us
-    assert await judged_again_within(w, Readmission.WAIT_RECHECK + 1)
+    assert await judged_again_within(w, GateWrites.WAIT_RECHECK + 1)
     await w.act()
     assert w.annotations()[names.APPROVED_JOBSET] == js["metadata"]["uid"]
     assert w.check()["state"] == READY
-    assert not await judged_again_within(w, 10 * Readmission.WAIT_RECHECK)  # done: no more
+    assert not await judged_again_within(w, 10 * GateWrites.WAIT_RECHECK)  # done: no more
 
 
 async def test_a_wait_for_old_pods_is_judged_again_without_a_watch_event() -> None:
@@ -715,7 +716,7 @@ async def test_a_wait_for_old_pods_is_judged_again_without_a_watch_event() -> No
     await w.act()
     assert w.check()["message"] == waiting_message(1)
     await w.k.delete(POD, old_pod(0)["metadata"]["name"], NS)  # its DELETED never reaches us
-    assert await judged_again_within(w, Readmission.WAIT_RECHECK + 1)
+    assert await judged_again_within(w, GateWrites.WAIT_RECHECK + 1)
     await w.act()
     assert w.check()["state"] == READY
 
@@ -726,6 +727,6 @@ async def test_a_rebind_waiting_for_old_pods_is_judged_again_without_a_watch_eve
     await w.act()
     assert w.annotations()[names.APPROVED_JOBSET] == "js1"
     await w.k.delete(POD, old_pod(0)["metadata"]["name"], NS)
-    assert await judged_again_within(w, Readmission.WAIT_RECHECK + 1)
+    assert await judged_again_within(w, GateWrites.WAIT_RECHECK + 1)
     await w.act()
     assert w.annotations()[names.APPROVED_JOBSET] == "js2"
