@@ -83,11 +83,14 @@ class Decision:
 
 
 def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str, frozenset[str]],
-           pods_left: int, jobset_uid: str | None, trainjob: Obj | None = None) -> Decision:
+           pods_left: int, jobset_uid: str | None, trainjob: Obj | None = None,
+           waiting: str | None = None) -> Decision:
     """Judge a Workload. ``cluster_queues`` maps a ClusterQueue to the checks it lists;
-    ``pods_left`` counts the job's alive pods; ``jobset_uid`` (the UID of the TrainJob's
-    JobSet as indexed, None when none is) and ``trainjob`` (as indexed) are read only to
-    notice a JobSet re-made under an admitted Workload."""
+    ``pods_left`` counts what is left of the job's previous executions (its alive pods; or,
+    for a job MultiKueue runs in worker clusters, the workers not proven free of them), and
+    ``waiting`` says so for people (default: :func:`waiting_message`); ``jobset_uid`` (the
+    UID of the TrainJob's JobSet as indexed, None when none is) and ``trainjob`` (as
+    indexed) are read only to notice a JobSet re-made under an admitted Workload."""
     entry = check_entry(wl, check_names)
     if entry is None:
         cq = str(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
@@ -137,7 +140,7 @@ def decide(wl: Obj, *, check_names: frozenset[str], cluster_queues: Mapping[str,
         return Decision("skip", f"ClusterQueue {cq} does not list check {check}",
                         check=check, trainjob=tj)
     if pods_left > 0:
-        msg = waiting_message(pods_left)
+        msg = waiting or waiting_message(pods_left)
         return Decision("wait", msg, check=check, trainjob=tj, pods=pods_left, message=msg,
                         write=entry.get("message") != msg)
     return Decision("approve", "no pod of the previous execution is left", check=check,

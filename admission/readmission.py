@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from admission.decision import (
@@ -39,6 +40,7 @@ from admission.decision import (
     no_jobset_message,
     quota_reserved_at,
     ready_message,
+    waiting_message,
 )
 from admission.faults import Faults
 from admission.gate_writes import GateWrites
@@ -53,9 +55,14 @@ from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
 from admission.reads import Reads
 from admission.triggers import Triggers
+from admission.worker_proof import NO_WORKERS, Workers
 from admission.workqueue import WorkQueue, serve
 from dispatch_kubeflow.core import errors, hold, names
-from dispatch_kubeflow.core.admission_count import admission_token, plan_admission
+from dispatch_kubeflow.core.admission_count import (
+    AdmissionPlan,
+    admission_token,
+    plan_admission,
+)
 from dispatch_kubeflow.core.admission_count import admissions as admissions_of
 from dispatch_kubeflow.core.execution import (
     alive,
@@ -64,7 +71,7 @@ from dispatch_kubeflow.core.execution import (
     plan_rebind,
     raise_step,
 )
-from dispatch_kubeflow.core.kueue import trainjob_of
+from dispatch_kubeflow.core.kueue import dispatched_by_multikueue, trainjob_of
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import JOBSET, POD, WORKLOAD
 
@@ -74,6 +81,14 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
 
+@dataclass(frozen=True, slots=True)
+class Left:
+    """What is left of a job's previous executions: how much, and the check's message."""
+
+    count: int
+    message: str
+
+
 class Readmission:
     """Runs the decisions for every Workload, as leader only."""
 
@@ -81,7 +96,7 @@ class Readmission:
                  workloads: Feed, trainjobs: Feed, pods: Feed, jobsets: Feed,
                  admission_checks: Feed, cluster_queues: Feed, metrics: Metrics,
                  events: EventRecorder, workers: int = 2,
-                 faults: Faults | None = None) -> None:
+                 faults: Faults | None = None, clusters: Workers | None = None) -> None:
         self.kube = kube
         self.elector = elector
         self.caches = caches
@@ -89,6 +104,10 @@ class Readmission:
         self.metrics = metrics
         self.events = events
         self.workers = workers
+        self.clusters = clusters
+        """In a MultiKueue manager, its worker clusters: a job MultiKueue runs there is
+        approved only once each is proven free of its previous execution (None: not a
+        manager; such a job is never approved)."""
         self.queue: WorkQueue[Key] = WorkQueue()
         self._skipped: dict[Key, str] = {}
         self._warned: set[str] = set()
@@ -148,13 +167,13 @@ class Readmission:
             log.info("skipping workload %s/%s: %s", *key, why,
                      extra={"workload": f"{key[0]}/{key[1]}"})
 
-    def _decide(self, wl: Obj, pods_left: int) -> Decision:
+    def _decide(self, wl: Obj, pods_left: int, waiting: str | None = None) -> Decision:
         ns, _ = key_of(wl)
         tj = trainjob_of(wl) or ""
         return decide(wl, check_names=self.caches.check_names(),
                       cluster_queues=self.caches.cq_checks(), pods_left=pods_left,
                       jobset_uid=self.caches.jobset_uid(ns, tj),
-                      trainjob=self.caches.trainjob(ns, tj))
+                      trainjob=self.caches.trainjob(ns, tj), waiting=waiting)
 
     async def reconcile(self, key: Key) -> None:
         if not self.elector.is_leader():
@@ -268,23 +287,30 @@ class Readmission:
         if hold.instance(tj):
             return  # held since the index showed it: its TrainJob event judges it again
         token = admission_token(wl)
-        # None yet: wait. Trainer applies the JobSet with the TrainJob, suspended or not
-        # (Trainer v2.3.0 reconcileObjects), so the wait is short; recording none instead
-        # would let the webhook skip the JobSet rule (the model's variant RECORDNONE).
-        jobset_uid, jobset = await self.reads.jobset_to_approve(tj, ns, tj_name)
-        plan = plan_admission(tj, token, approval_annotations(jobset_uid),
-                              raise_step(tj, jobset_uid, jobset)) if jobset_uid else None
+        across = dispatched_by_multikueue(tj)
+        plan: AdmissionPlan | None
+        if across:
+            # It runs in a worker: no JobSet here to name (the workers' webhooks judge its
+            # pods by the agent's live read, docs/multikueue-fence.md).
+            plan = plan_admission(tj, token)
+        else:
+            # None yet: wait. Trainer applies the JobSet with the TrainJob, suspended or not
+            # (Trainer v2.3.0 reconcileObjects), so the wait is short; recording none instead
+            # would let the webhook skip the JobSet rule (the model's variant RECORDNONE).
+            jobset_uid, jobset = await self.reads.jobset_to_approve(tj, ns, tj_name)
+            plan = plan_admission(tj, token, approval_annotations(jobset_uid),
+                                  raise_step(tj, jobset_uid, jobset)) if jobset_uid else None
         still = True
         if plan is not None and plan.ok and not plan.stale and plan.raise_a \
                 and self.elector.is_leader():
             async with asyncio.TaskGroup() as reads:
-                listing = reads.create_task(self._list_pods(ns, tj_name))
+                leaving = reads.create_task(self._left(ns, tj_name, across))
                 confirming = reads.create_task(self.reads.workload_still(wl))
-            live_pods, still = listing.result(), confirming.result()
+            left, still = leaving.result(), confirming.result()
         else:
-            live_pods = await self._list_pods(ns, tj_name)
+            left = await self._left(ns, tj_name, across)
         listed = time.monotonic()
-        d = self._decide(wl, len(alive(live_pods)))
+        d = self._decide(wl, left.count, left.message)
         if d.kind == "wait":  # old pods left: said first, whatever else is missing
             await self.writes.write_wait(key, wl, d)
             return
@@ -359,6 +385,20 @@ class Readmission:
             if raised or ready:
                 self.writes.later("AdmissionCountRaised", self._record_admission(
                     tj, plan.count, token, d.check if ready else None))
+
+    async def _left(self, ns: str, tj_name: str, across: bool) -> Left:
+        """What is left of the job's previous executions, read live: its alive pods here;
+        or, when MultiKueue runs it in worker clusters, each worker not proven free of them
+        (:mod:`admission.worker_proof`; without workers, nothing is proven)."""
+        if not across:
+            count = len(alive(await self._list_pods(ns, tj_name)))
+            return Left(count, waiting_message(count))
+        if self.clusters is None:
+            return Left(1, NO_WORKERS)
+        proof = await self.clusters.prove(ns, tj_name)
+        if proof.proven:
+            return Left(0, "")
+        return Left(max(1, sum(1 for w in proof.workers if not w.proven)), proof.message())
 
     async def _list_pods(self, ns: str, tj_name: str) -> list[Obj]:
         """The job's pods, listed live (every phase: :func:`alive` says which count)."""

@@ -26,6 +26,10 @@ from dispatch_kubeflow.core.execution import alive
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD
 
+NO_WORKERS = ("dispatch-admission knows no worker cluster, so nothing proves the job's "
+              "previous execution gone: give the manager's controller its workers "
+              "(docs/multikueue-fence.md)")
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerProof:
@@ -41,10 +45,14 @@ class Proof:
 
     @property
     def proven(self) -> bool:
-        return all(w.proven for w in self.workers)
+        """Every worker proven, and at least one known: with none (the controller given no
+        worker, by mistake) nothing says where the job ran, so nothing is proven."""
+        return bool(self.workers) and all(w.proven for w in self.workers)
 
     def message(self) -> str:
         """The check's message while the gate waits ("" when proven)."""
+        if not self.workers:
+            return NO_WORKERS
         return "; ".join(w.how for w in self.workers if not w.proven)
 
 
@@ -88,3 +96,15 @@ async def prove(workers: Mapping[str, KubeAPI], revocation: PermitRevocation,
         each = [tasks.create_task(prove_worker(c, w, revocation, namespace, trainjob))
                 for c, w in sorted(workers.items())]
     return Proof(tuple(t.result() for t in each))
+
+
+class Workers:
+    """The manager's worker clusters, a client of each one's API server by MultiKueueCluster
+    name, and the permits' revocation: what the readmission gate proves a dispatch job's
+    previous execution gone with (:func:`prove`)."""
+
+    def __init__(self, clients: Mapping[str, KubeAPI], revocation: PermitRevocation) -> None:
+        self.clients, self.revocation = dict(clients), revocation
+
+    async def prove(self, namespace: str, trainjob: str) -> Proof:
+        return await prove(self.clients, self.revocation, namespace, trainjob)

@@ -35,3 +35,10 @@ def trainjob_of(wl: Obj) -> str | None:
                 and str(ref.get("apiVersion", "")).startswith(names.TRAINER_GROUP + "/")):
             return str(ref.get("name") or "") or None
     return None
+
+
+def dispatched_by_multikueue(trainjob: Obj) -> bool:
+    """Whether the TrainJob runs in a worker cluster, dispatched there by MultiKueue
+    (``spec.managedBy``): then nothing of it runs in this cluster, where Trainer makes no
+    JobSet for it, and its pods are the workers' (docs/multikueue-fence.md)."""
+    return (trainjob.get("spec") or {}).get("managedBy") == names.MULTIKUEUE_CONTROLLER

@@ -38,6 +38,9 @@ PERMIT_LEASE_PREFIX: Final = "dispatch-worker-"
 PERMIT_REVOKED: Final = f"{DOMAIN}/permit-revoked"
 """On a permit Lease: the manager revoked it (a write carrying the version it timed); no
 renewal extends it until the manager grants it again."""
+MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
+"""A manager's TrainJob with this ``spec.managedBy`` runs in a worker cluster, through
+MultiKueue: Trainer makes nothing for it in the manager."""
 PREBUILT_WORKLOAD: Final = "kueue.x-k8s.io/prebuilt-workload-name"
 """On a remote TrainJob in a worker: the name of its Workload in the manager (MultiKueue
 sets it as an annotation since Kueue's WorkloadIdentifierAnnotations, Beta in v0.19)."""
