@@ -37,6 +37,7 @@ from dispatch_kubeflow import Backend, JobID, StartRequest
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
+from dispatch_kubeflow.kube.slots import CALL_BEGAN
 
 STOP: contextvars.ContextVar[str] = contextvars.ContextVar("stop", default="")
 """The job whose stop sent a request ("": none)."""
@@ -148,15 +149,22 @@ class Side:
 
 
 async def stop_crowd(name: str, admin: Kube, ns: str,
-                     stops: dict[str, Callable[[], Awaitable[Any]]]) -> Side:
+                     stops: dict[str, Callable[[], Awaitable[Any]]], *,
+                     fifo: bool = False) -> Side:
+    """Every stop at once. ``fifo``: every stop's requests marked as begun at the same
+    moment (kube.slots), so they wait for a connection first come, first served, as before
+    requests were handed out oldest call first."""
     side = Side(name)
     done = 0
     began = now()
+    crowd_began = asyncio.get_running_loop().time()
     sampler = asyncio.create_task(sample_left(admin, ns, lambda: done, began, side.rows))
 
     async def one(job: str, fn: Callable[[], Awaitable[Any]]) -> None:
         nonlocal done
         STOP.set(job)
+        if fifo:
+            CALL_BEGAN.set(crowd_began)
         t0 = now()
         try:
             report = await fn()
@@ -179,7 +187,7 @@ async def stop_crowd(name: str, admin: Kube, ns: str,
 
 
 async def dispatch_side(kubeconfig: str, admin: Kube, ns: str, n: int, quota: int,
-                        trace: Trace) -> Side:
+                        trace: Trace, *, fifo: bool = False) -> Side:
     await make_queue(admin, ns, names.ADMISSION_CHECK, quota)
     kube = await Kube.connect(kubeconfig=kubeconfig, request_timeout=30)
     try:
@@ -195,7 +203,8 @@ async def dispatch_side(kubeconfig: str, admin: Kube, ns: str, n: int, quota: in
 
         def stop_of(j: JobID) -> Callable[[], Awaitable[Any]]:
             return lambda: backend.stop_job(j, "bench")
-        side = await stop_crowd("dispatch", admin, ns, {str(j): stop_of(j) for j in jobs})
+        side = await stop_crowd("dispatch, first come" if fifo else "dispatch", admin, ns,
+                                {str(j): stop_of(j) for j in jobs}, fifo=fifo)
         trace.on = False
         await backend.close()
         return side
@@ -240,10 +249,13 @@ def report(n: int, sides: list[Side], trace: Trace) -> None:
         ("failed or left", lambda s: float(len(s.notes)))]
     for label, f in rows:
         print(f"| {label} | " + " | ".join(f"{f(s):.2f}" for s in sides) + " |")
-    if len(sides) == 2 and sides[1].wall:
-        d, fl = sides
-        print(f"\nratios: wall {d.wall / fl.wall:.2f}x, per-stop p50 "
-              f"{pct(d.each, 50) / max(pct(fl.each, 50), 1e-9):.2f}x")
+    fl = next((s for s in sides if s.name == "floor" and s.wall), None)
+    for d in sides:
+        if fl is None or d is fl:
+            continue
+        print(f"\n{d.name} against the floor: wall {d.wall / fl.wall:.2f}x, per-stop p50 "
+              f"{pct(d.each, 50) / max(pct(fl.each, 50), 1e-9):.2f}x, p10 "
+              f"{pct(d.each, 10) / max(pct(fl.each, 10), 1e-9):.2f}x")
     for s in sides:
         for note in s.notes[:5]:
             print(f"note ({s.name}): {note}")
@@ -266,11 +278,11 @@ def report(n: int, sides: list[Side], trace: Trace) -> None:
         for t, ended, counts in s.rows:
             print(f"| {t:.0f} | {ended} | " + " | ".join(str(counts[k.plural]) for k in KINDS)
                   + " |")
-    d = sides[0]
-    if not d.by_job:
+    traced = next((s for s in sides if s.name == "dispatch"), None)
+    if traced is None or not traced.by_job:
         return
     t0 = min(c.began for c in trace.calls) if trace.calls else 0.0
-    ranked = sorted(d.by_job.items(), key=lambda kv: kv[1])
+    ranked = sorted(traced.by_job.items(), key=lambda kv: kv[1])
     for p in (10, 50, 90):
         job, secs = ranked[min(len(ranked) - 1, int(p / 100 * (len(ranked) - 1)))]
         print(f"\n## the p{p} stop ({secs:.1f} s): its requests, from the crowd's start\n")
@@ -284,14 +296,21 @@ async def main() -> None:
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--quota", type=int, default=10)
     ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--compare-order", action="store_true",
+                    help="first a dispatch side whose stops are served first come, first "
+                         "served (as before kube.slots), then the library's own")
     a = ap.parse_args()
     kubeconfig = os.environ.get("KUBECONFIG") or sys.exit("set KUBECONFIG")
     tag = uuid.uuid4().hex[:6]
     admin = await Kube.connect(kubeconfig=kubeconfig, request_timeout=60)
     trace = Trace()
     try:
-        sides = [await dispatch_side(kubeconfig, admin, f"stops-{tag}-d", a.jobs, a.quota,
-                                     trace)]
+        sides = []
+        if a.compare_order:
+            sides.append(await dispatch_side(kubeconfig, admin, f"stops-{tag}-o", a.jobs,
+                                             a.quota, Trace(), fifo=True))
+        sides.append(await dispatch_side(kubeconfig, admin, f"stops-{tag}-d", a.jobs, a.quota,
+                                         trace))
         if a.floor:
             report(a.jobs, sides, trace)  # kept should the floor's side fail
             sides.append(await floor_side_run(kubeconfig, admin, f"stops-{tag}-f", a.jobs,
