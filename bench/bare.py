@@ -168,18 +168,19 @@ async def bare_stop(kube: Kube, ns: str, tj: Obj) -> int:
     return 2 + sum(views)
 
 
-async def floor_check(kube: Kube, present: bool) -> None:
+async def floor_check(kube: Kube, present: bool, check: str = FLOOR_CHECK,
+                      controller: str = FLOOR_CONTROLLER) -> None:
     """The floor's AdmissionCheck, Active (its controller's duty, done here once)."""
     if not present:
         with contextlib.suppress(DispatchError):
-            await kube.delete(r.ADMISSION_CHECK, FLOOR_CHECK)
+            await kube.delete(r.ADMISSION_CHECK, check)
         return
-    if await kube.get_or_none(r.ADMISSION_CHECK, FLOOR_CHECK) is None:
-        await kube.create(r.ADMISSION_CHECK, {"metadata": {"name": FLOOR_CHECK},
-                                              "spec": {"controllerName": FLOOR_CONTROLLER}})
-    await kube.patch(r.ADMISSION_CHECK, FLOOR_CHECK, {
+    if await kube.get_or_none(r.ADMISSION_CHECK, check) is None:
+        await kube.create(r.ADMISSION_CHECK, {"metadata": {"name": check},
+                                              "spec": {"controllerName": controller}})
+    await kube.patch(r.ADMISSION_CHECK, check, {
         "apiVersion": r.ADMISSION_CHECK.api_version, "kind": "AdmissionCheck",
-        "metadata": {"name": FLOOR_CHECK},
+        "metadata": {"name": check},
         "status": {"conditions": [{
             "type": "Active", "status": "True", "reason": "Active", "message": "bench floor",
             "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}]}},

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from bare import FLOOR_CHECK, MinimalApprover, bare_run, bare_stop
+from fenced import FENCED_CHECK, FencedApprover
 from observer import Observer
 from queues import DONE, SPEC, drop_queue, make_queue, now, settings, wait_limit
 from sampler import Sampler, WatchPeak, peak_rss_mb, watch_count
@@ -205,12 +206,14 @@ async def observed(admin: Kube, ns: str, check: str, pids: Mapping[str, list[int
 
 
 @contextlib.asynccontextmanager
-async def floor_side(kubeconfig: str, admin: Kube, ns: str, quota: int) -> AsyncIterator[None]:
-    """The floor's namespace and queue, with :class:`MinimalApprover` serving its check while
-    it lasts; all of it gone afterwards."""
-    await make_queue(admin, ns, FLOOR_CHECK, quota)
+async def floor_side(kubeconfig: str, admin: Kube, ns: str, quota: int, *,
+                     fenced: bool = False) -> AsyncIterator[None]:
+    """The floor's namespace and queue, with :class:`MinimalApprover` (``fenced``: the
+    :class:`FencedApprover`) serving its check while it lasts; all of it gone afterwards."""
+    await make_queue(admin, ns, FENCED_CHECK if fenced else FLOOR_CHECK, quota)
     approver_kube = await Kube.connect(kubeconfig=kubeconfig, request_timeout=30)
-    approver = MinimalApprover(approver_kube, ns)
+    approver: MinimalApprover | FencedApprover = (
+        FencedApprover if fenced else MinimalApprover)(approver_kube, ns)
     try:
         yield
     finally:
@@ -257,7 +260,14 @@ async def floor_client(kubeconfig: str, ns: str, n: int) -> Phase:
 
 
 async def floor_phase(kubeconfig: str, admin: Kube, n: int, quota: int,
-                      pids: Mapping[str, list[int]], tag: str) -> Phase:
-    ns = f"bench-{tag}-f{n}"
-    async with floor_side(kubeconfig, admin, ns, quota):
-        return await observed(admin, ns, FLOOR_CHECK, pids, "floor_client", kubeconfig, n)
+                      pids: Mapping[str, list[int]], tag: str, *,
+                      fenced: bool = False) -> Phase:
+    """The floor's phase; ``fenced``: its approver sends the controller's three fenced
+    requests (bench/fenced.py), not one write."""
+    ns = f"bench-{tag}-{'g' if fenced else 'f'}{n}"
+    async with floor_side(kubeconfig, admin, ns, quota, fenced=fenced):
+        ph = await observed(admin, ns, FENCED_CHECK if fenced else FLOOR_CHECK, pids,
+                            "floor_client", kubeconfig, n)
+    if fenced:
+        ph.name = "fenced floor"
+    return ph

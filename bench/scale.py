@@ -7,10 +7,12 @@ For each N (``--jobs 50 200 1000``) two phases run on the same cluster, one afte
   in Kueue mode, behind a ClusterQueue that lists the AdmissionCheck ``dispatch-admission``
   (the controller deployed in the cluster decides), with quota for ``--quota`` jobs at once:
   Start all, Open all, ``Backend.wait`` all to their end, StopJob all, each batch at once.
-- **floor**: the same N jobs, made by :func:`bare_job` (the fewest requests a script needs
+- **floor**: the same N jobs, made by :func:`bare_run` (the fewest requests a script needs
   for the same lifecycle, every one written out and counted) behind a ClusterQueue whose
   AdmissionCheck is served by :class:`MinimalApprover` (one watch on Workloads, one
-  server-side apply of the check per decision, nothing else: no fence, no pod check).
+  server-side apply of the check per decision, nothing else: no fence, no pod check); once
+  all have ended, every one stopped at once by :func:`bare_stop`, as the dispatch phase
+  stops its N.
 
 A separate observer (its own connection, one watch on the namespace's Workloads) times every
 decision: from when it sees QuotaReserved to when it sees the check Ready. Requests are
@@ -21,6 +23,10 @@ script, each run alone in a process of its own), this process (the observer and 
 approver), the controller's replicas, kube-apiserver, etcd and Kueue (the local cluster's
 processes; on another cluster those columns say n/a). The API
 server's own metric ``apiserver_longrunning_requests{verb="WATCH"}`` is read during the waits.
+
+With ``--fenced-floor`` the floor's approver is :class:`FencedApprover` (bench/fenced.py)
+instead: the controller's three fenced requests and nothing else, so the ratio says how close
+the controller comes to what its fence alone costs (issue 28 item 3).
 
 Then StopJob of a job whose objects go promptly (``--prompt K``, default 5): K jobs one after
 another, each stopped alone once it has ended, through the library and as the bare script,
@@ -54,6 +60,7 @@ import sys
 import uuid
 
 from bare import floor_check
+from fenced import FENCED_CHECK, FENCED_CONTROLLER
 from p4 import p4
 from phases import Phase, dispatch_phase, floor_phase
 from prompt import prompt_stops
@@ -77,6 +84,9 @@ async def main() -> int:
     ap.add_argument("--dispatch", action=argparse.BooleanOptionalAction, default=True,
                     help="run each N through the library and the controller (--no-dispatch: "
                          "the floor alone, e.g. beside an earlier --no-floor run of the same N)")
+    ap.add_argument("--fenced-floor", action="store_true",
+                    help="the floor's approver sends the controller's three fenced requests "
+                         "(bench/fenced.py) instead of one write: what the fence alone costs")
     ap.add_argument("--cluster", default="dk", help="the local cluster (its processes' figures)")
     ap.add_argument("--prompt", type=int, default=5, metavar="JOBS",
                     help="StopJob of a job whose objects go promptly, over this many jobs")
@@ -92,6 +102,8 @@ async def main() -> int:
     admin = await Kube.connect(kubeconfig=kubeconfig, request_timeout=30)
     try:
         await floor_check(admin, True)
+        if a.fenced_floor:
+            await floor_check(admin, True, FENCED_CHECK, FENCED_CONTROLLER)
         for n in a.jobs:
             ds: list[tuple[int | None, Phase]] = []
             pids = cluster_pids(a.cluster)
@@ -103,7 +115,8 @@ async def main() -> int:
                 ds.append((w, await dispatch_phase(kubeconfig, admin, n, a.quota, pids,
                                                    f"{tag}{w or ''}")))
             # Without the floor (--no-floor), its column is empty ("-", nan) and no ratio.
-            f = (await floor_phase(kubeconfig, admin, n, a.quota, pids, tag) if a.floor
+            f = (await floor_phase(kubeconfig, admin, n, a.quota, pids, tag,
+                                   fenced=a.fenced_floor) if a.floor
                  else Phase("floor (not run)", n))
             # Without the library's phase (--no-dispatch), its column is the empty one.
             for w, d in ds or [(None, Phase("dispatch (not run)", n))]:
@@ -114,6 +127,7 @@ async def main() -> int:
             p4_table(await p4(kubeconfig, admin, a.sdk, tag))
     finally:
         await floor_check(admin, False)
+        await floor_check(admin, False, FENCED_CHECK)
         await admin.close()
     return 0
 

@@ -27,9 +27,11 @@ def ratio(a: float, b: float) -> str:
 
 def table(d: Phase, f: Phase, workers: int | None = None) -> None:
     with_workers = "" if workers is None else f", the controller with --workers={workers}"
-    print(f"\nN = {d.n} two-node jobs ({d.wall_s:.0f} s dispatch, {f.wall_s:.0f} s floor"
+    # The fenced floor's column says so: its approver sends three fenced requests.
+    floor = "fenced" if f.name == "fenced floor" else "floor"
+    print(f"\nN = {d.n} two-node jobs ({d.wall_s:.0f} s dispatch, {f.wall_s:.0f} s {floor}"
           f"{with_workers})")
-    print(f"  {'':<44}{'dispatch':>10}{'floor':>10}{'ratio':>8}")
+    print(f"  {'':<44}{'dispatch':>10}{floor:>10}{'ratio':>8}")
 
     # A phase not run (--no-floor, --no-dispatch) has no wall time: no ratio against it.
     both_ran = d.wall_s > 0 and f.wall_s > 0

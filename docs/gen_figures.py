@@ -146,8 +146,25 @@ def scale_summary(data: Json) -> str:
         f"≤ {goals['lifecycle_ratio']:g}x the bare script",
         lambda n, d, f: None if not f else
         d["requests"]["lifecycle"] / f["requests"]["lifecycle"] <= goals["lifecycle_ratio"])
-    row("StopJob of all N at once, wall", vs(lambda p: p["stop_all_wall_s"], " s", "the floor"),
-        "none set")
+    def stops(n: int, d: Json, f: Json | None) -> str:
+        wall, p50 = d["stop_all_wall_s"], d.get("stop_per_job_p50_s")
+        text = f"{num(wall, 1)} / {num(p50, 1)} s"
+        if not f:
+            return text
+        if not f.get("stops_at_once"):
+            # Until 2026-12-06 the floor stopped each job alone as it ended: no crowd.
+            return text + "<br>the floor's stops ran alone: no ratio"
+        return (text + f"<br>{times(ratio(wall, f['stop_all_wall_s']))} / "
+                f"{times(ratio(p50, f.get('stop_per_job_p50_s')))} the floor")
+
+    wall_goal, p50_goal = goals["stop_wall_ratio"], goals["stop_p50_ratio"]
+    row("StopJob of all N at once, wall / each stop's p50", stops,
+        ", ".join(f"≤ {wall_goal[n]:g}x / {p50_goal[n]:g}x the floor at {n_label(n)}"
+                  for n in sorted(wall_goal, key=int)),
+        lambda n, d, f: None if str(n) not in wall_goal or not f
+        or not f.get("stops_at_once") else
+        d["stop_all_wall_s"] / f["stop_all_wall_s"] <= wall_goal[str(n)]
+        and d["stop_per_job_p50_s"] / f["stop_per_job_p50_s"] <= p50_goal[str(n)])
 
     def prompt(p: Json) -> float | None:
         return None if not p.get("prompt_stop") else float(p["prompt_stop"]["seconds_p50"])
@@ -592,6 +609,10 @@ def parse_bench(text: str) -> Json:
     section = ""
     for line in text.splitlines():
         if m := re.match(r"N = (\d+) two-node jobs", line):
+            if " s fenced" in line:
+                # Its floor is another approver's: not a figure of scale.json's floors.
+                raise SystemExit("gen_figures: a --fenced-floor run; cite it in "
+                                 "docs/scale-history.md instead")
             run = {"n": int(m.group(1)), "dispatch": {}, "floor": {}}
             section = "phase"
             continue
@@ -632,6 +653,9 @@ def from_bench(path: Path, rid: str, commit: str, date: str, make_current: bool)
     run = {"id": rid, "n": parsed["n"], "date": date, "commit": commit,
            "command": "bench/scale.py", "history": "",
            "dispatch": parsed["dispatch"] or None, "floor": parsed["floor"] or None}
+    if run["floor"]:
+        # Since 2026-12-06 bench/scale.py's floor stops its N at once, as dispatch does.
+        run["floor"]["stops_at_once"] = True
     data["runs"] = [r for r in data["runs"] if r["id"] != rid] + [run]
     if make_current:
         pick = data["current"].setdefault(str(parsed["n"]), {})
