@@ -21,7 +21,9 @@ import argparse
 import asyncio
 import contextvars
 import os
+import resource
 import sys
+import tracemalloc
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -148,9 +150,43 @@ class Side:
     notes: list[str] = field(default_factory=list)
 
 
+class Memory:
+    """Where the crowd's memory goes (``--memory``): tracemalloc from just before the crowd,
+    a snapshot whenever the traced memory passes its last high by 5 %, and the peak's top
+    allocation sites against the start. The process's peak RSS before and after too."""
+
+    def __init__(self) -> None:
+        tracemalloc.start(8)
+        self.base = tracemalloc.take_snapshot()
+        self.rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        self.high = 0
+        self.peak: tracemalloc.Snapshot | None = None
+        self.task = asyncio.create_task(self._sample())
+
+    async def _sample(self) -> None:
+        while True:
+            cur, _ = tracemalloc.get_traced_memory()
+            if cur > self.high * 1.05:
+                self.high, self.peak = cur, tracemalloc.take_snapshot()
+            await asyncio.sleep(0.25)
+
+    def report(self) -> None:
+        self.task.cancel()
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"\n## memory: peak RSS {self.rss_before:.0f} MB before the crowd, {rss:.0f} MB "
+              f"after; traced peak {self.high / 1e6:.1f} MB above tracemalloc's start\n")
+        tracemalloc.stop()
+        if self.peak is None:
+            return
+        for st in self.peak.compare_to(self.base, "traceback")[:15]:
+            print(f"{st.size_diff / 1e6:8.2f} MB {st.count_diff:8d} blocks")
+            for line in st.traceback.format()[-10:]:
+                print(f"      {line}")
+
+
 async def stop_crowd(name: str, admin: Kube, ns: str,
                      stops: dict[str, Callable[[], Awaitable[Any]]], *,
-                     fifo: bool = False) -> Side:
+                     fifo: bool = False, memory: bool = False) -> Side:
     """Every stop at once. ``fifo``: every stop's requests marked as begun at the same
     moment (kube.slots), so they wait for a connection first come, first served, as before
     requests were handed out oldest call first."""
@@ -159,6 +195,7 @@ async def stop_crowd(name: str, admin: Kube, ns: str,
     began = now()
     crowd_began = asyncio.get_running_loop().time()
     sampler = asyncio.create_task(sample_left(admin, ns, lambda: done, began, side.rows))
+    mem = Memory() if memory else None
 
     async def one(job: str, fn: Callable[[], Awaitable[Any]]) -> None:
         nonlocal done
@@ -181,13 +218,15 @@ async def stop_crowd(name: str, admin: Kube, ns: str,
                            for j, fn in stops.items()))
     side.wall = now() - began
     sampler.cancel()
+    if mem is not None:
+        mem.report()
     side.rows.append((now() - began, done, await left(admin, ns)))
     side.each = list(side.by_job.values())
     return side
 
 
 async def dispatch_side(kubeconfig: str, admin: Kube, ns: str, n: int, quota: int,
-                        trace: Trace, *, fifo: bool = False) -> Side:
+                        trace: Trace, *, fifo: bool = False, memory: bool = False) -> Side:
     await make_queue(admin, ns, names.ADMISSION_CHECK, quota)
     kube = await Kube.connect(kubeconfig=kubeconfig, request_timeout=30)
     try:
@@ -204,7 +243,8 @@ async def dispatch_side(kubeconfig: str, admin: Kube, ns: str, n: int, quota: in
         def stop_of(j: JobID) -> Callable[[], Awaitable[Any]]:
             return lambda: backend.stop_job(j, "bench")
         side = await stop_crowd("dispatch, first come" if fifo else "dispatch", admin, ns,
-                                {str(j): stop_of(j) for j in jobs}, fifo=fifo)
+                                {str(j): stop_of(j) for j in jobs}, fifo=fifo,
+                                memory=memory)
         trace.on = False
         await backend.close()
         return side
@@ -296,6 +336,9 @@ async def main() -> None:
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--quota", type=int, default=10)
     ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--memory", action="store_true",
+                    help="trace the dispatch side's memory during its stops (tracemalloc, "
+                         "which slows it: its times are not comparable)")
     ap.add_argument("--compare-order", action="store_true",
                     help="first a dispatch side whose stops are served first come, first "
                          "served (as before kube.slots), then the library's own")
@@ -310,7 +353,7 @@ async def main() -> None:
             sides.append(await dispatch_side(kubeconfig, admin, f"stops-{tag}-o", a.jobs,
                                              a.quota, Trace(), fifo=True))
         sides.append(await dispatch_side(kubeconfig, admin, f"stops-{tag}-d", a.jobs, a.quota,
-                                         trace))
+                                         trace, memory=a.memory))
         if a.floor:
             report(a.jobs, sides, trace)  # kept should the floor's side fail
             sides.append(await floor_side_run(kubeconfig, admin, f"stops-{tag}-f", a.jobs,
