@@ -40,7 +40,6 @@ from admission.decision import (
     no_jobset_message,
     quota_reserved_at,
     ready_message,
-    waiting_message,
 )
 from admission.faults import Faults
 from admission.gate_writes import GateWrites
@@ -55,7 +54,7 @@ from admission.lease import LeaderElector
 from admission.observability import EventRecorder, Metrics
 from admission.reads import Reads
 from admission.triggers import Triggers
-from admission.worker_proof import NO_WORKERS, Workers
+from admission.worker_proof import Proof, Workers
 from admission.workqueue import WorkQueue, serve
 from dispatch_kubeflow.core import errors, hold, names
 from dispatch_kubeflow.core.admission_count import (
@@ -83,10 +82,11 @@ def _ms(seconds: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Left:
-    """What is left of a job's previous executions: how much, and the check's message."""
+    """What is left of a job's previous executions: how much, and the check's message
+    (None: the pods' count says it, :func:`admission.decision.waiting_message`)."""
 
     count: int
-    message: str
+    message: str | None = None
 
 
 class Readmission:
@@ -391,13 +391,12 @@ class Readmission:
         or, when MultiKueue runs it in worker clusters, each worker not proven free of them
         (:mod:`admission.worker_proof`; without workers, nothing is proven)."""
         if not across:
-            count = len(alive(await self._list_pods(ns, tj_name)))
-            return Left(count, waiting_message(count))
-        if self.clusters is None:
-            return Left(1, NO_WORKERS)
-        proof = await self.clusters.prove(ns, tj_name)
+            return Left(len(alive(await self._list_pods(ns, tj_name))))
+        # No workers given proves nothing, as an empty set of them does (Proof.proven).
+        proof = (await self.clusters.prove(ns, tj_name) if self.clusters is not None
+                 else Proof(()))
         if proof.proven:
-            return Left(0, "")
+            return Left(0)
         return Left(max(1, sum(1 for w in proof.workers if not w.proven)), proof.message())
 
     async def _list_pods(self, ns: str, tj_name: str) -> list[Obj]:
