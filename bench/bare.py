@@ -29,6 +29,9 @@ class MinimalApprover:
     """One watch on Workloads; for each whose quota is reserved and whose check is not Ready,
     one server-side apply of the check Ready. The least an approver can do."""
 
+    check = FLOOR_CHECK
+    """The AdmissionCheck it serves."""
+
     def __init__(self, kube: Kube, namespace: str) -> None:
         self.kube, self.namespace = kube, namespace
         self.done: set[str] = set()
@@ -54,7 +57,7 @@ class MinimalApprover:
         checks = {c.get("name"): c.get("state")
                   for c in (wl.get("status") or {}).get("admissionChecks") or []}
         if (name not in self.done and is_true(wl, "QuotaReserved")
-                and checks.get(FLOOR_CHECK) == "Pending"):
+                and checks.get(self.check) == "Pending"):
             self.done.add(name)
             t = asyncio.create_task(self._approve(wl))
             self._tasks.add(t)

@@ -19,11 +19,12 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from bare import MinimalApprover
+
 from dispatch_kubeflow import DispatchError
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.execution import alive
 from dispatch_kubeflow.core.kueue import trainjob_of
-from dispatch_kubeflow.core.objects import is_true
 from dispatch_kubeflow.errors import KubeConflict
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
@@ -35,18 +36,17 @@ FENCED_MANAGER = "bench-fenced-floor"
 FENCED_A = "bench.dispatch.phpboyscout.uk/admission-count"
 
 
-class FencedApprover:
-    """A watch on Workloads and one on TrainJobs (for the version A's raise is fenced by);
-    for each Workload whose quota is reserved and whose check is Pending: the pods' list,
-    the fenced raise, the fenced Ready."""
+class FencedApprover(MinimalApprover):
+    """The minimal approver's watch on Workloads, and one on TrainJobs (for the version A's
+    raise is fenced by); for each Workload whose quota is reserved and whose check is
+    Pending: the pods' list, the fenced raise, the fenced Ready."""
+
+    check = FENCED_CHECK
 
     def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
-        self.done: set[str] = set()
+        super().__init__(kube, namespace)
         self.trainjobs: dict[str, Obj] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._watches = [asyncio.create_task(self._watch_trainjobs()),
-                         asyncio.create_task(self._watch_workloads())]
+        self._trainjobs_watch = asyncio.create_task(self._watch_trainjobs())
 
     async def _approve(self, wl: Obj) -> None:
         name, ns = wl["metadata"]["name"], self.namespace
@@ -82,23 +82,6 @@ class FencedApprover:
             self.done.discard(name)  # judged again on its next event
             print(f"fenced floor approver: {name}: {exc}", file=sys.stderr)
 
-    def _consider(self, wl: Obj) -> None:
-        name = wl["metadata"]["name"]
-        checks = {c.get("name"): c.get("state")
-                  for c in (wl.get("status") or {}).get("admissionChecks") or []}
-        if (name not in self.done and is_true(wl, "QuotaReserved")
-                and checks.get(FENCED_CHECK) == "Pending"):
-            self.done.add(name)
-            t = asyncio.create_task(self._approve(wl))
-            self._tasks.add(t)
-            t.add_done_callback(self._tasks.discard)
-
-    async def _watch_workloads(self) -> None:
-        async for ev in self.kube.observe(r.WORKLOAD, self.namespace):
-            for wl in (ev.items if ev.type == "SYNC" else (ev.object,)):
-                if ev.type != "DELETED":
-                    self._consider(wl)
-
     async def _watch_trainjobs(self) -> None:
         async for ev in self.kube.observe(r.TRAINJOB, self.namespace):
             if ev.type == "SYNC":
@@ -109,5 +92,5 @@ class FencedApprover:
                 self.trainjobs[ev.object["metadata"]["name"]] = ev.object
 
     def close(self) -> None:
-        for t in [*self._watches, *self._tasks]:
-            t.cancel()
+        self._trainjobs_watch.cancel()
+        super().close()

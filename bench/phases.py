@@ -212,8 +212,7 @@ async def floor_side(kubeconfig: str, admin: Kube, ns: str, quota: int, *,
     :class:`FencedApprover`) serving its check while it lasts; all of it gone afterwards."""
     await make_queue(admin, ns, FENCED_CHECK if fenced else FLOOR_CHECK, quota)
     approver_kube = await Kube.connect(kubeconfig=kubeconfig, request_timeout=30)
-    approver: MinimalApprover | FencedApprover = (
-        FencedApprover if fenced else MinimalApprover)(approver_kube, ns)
+    approver = (FencedApprover if fenced else MinimalApprover)(approver_kube, ns)
     try:
         yield
     finally:

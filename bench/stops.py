@@ -34,6 +34,7 @@ from typing import Any
 from bare import bare_run, bare_stop, floor_check
 from phases import floor_side
 from queues import DONE, SPEC, drop_queue, make_queue, now, settings, wait_limit
+from tables import pct
 
 from dispatch_kubeflow import Backend, JobID, StartRequest
 from dispatch_kubeflow.core import names
@@ -112,13 +113,6 @@ class Traced:
             self._trace.end(c)
             return fn(res, *args, **kw)
         return call
-
-
-def pct(xs: list[float], p: float) -> float:
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 KINDS = (r.TRAINJOB, r.TRAINING_RUNTIME, r.JOBSET, r.JOB, r.POD, r.WORKLOAD)
