@@ -4,7 +4,8 @@ Everything kopf does is registered here, on a registry of our own (never kopf's 
 
 * ``on.login``: a ConnectionInfo from the same ``--kubeconfig``/``--context`` (or the pod's
   service account) that :class:`~dispatch_kubeflow.kube.Kube` was opened with, loaded by the
-  same library (kubernetes_asyncio), so kopf's watches and Kube's requests authenticate alike.
+  same code (:mod:`dispatch_kubeflow.kube.kubeconfig`), so kopf's watches and Kube's requests
+  authenticate alike.
   kopf calls it again when the API server answers 401 (a rotated token).
 * ``on.startup`` / ``on.cleanup``: :meth:`Controller.start` and :meth:`Controller.stop`.
 * ``@kopf.index`` for Workloads, dispatch's TrainJobs, pods (by job), our AdmissionChecks and
@@ -23,11 +24,10 @@ events.k8s.io/v1, posted through Kube), peering is off (``standalone``: the Leas
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import kopf
 from kopf._core.engines.peering import Identity  # kopf exports no public name for it
@@ -35,6 +35,8 @@ from kopf._core.engines.peering import Identity  # kopf exports no public name f
 from admission import intake
 from admission.app import Controller
 from dispatch_kubeflow.core import errors, names
+from dispatch_kubeflow.kube.credentials import Connection
+from dispatch_kubeflow.kube.kubeconfig import load_connection
 from dispatch_kubeflow.kube.resources import (
     ADMISSION_CHECK,
     CLUSTER_QUEUE,
@@ -43,10 +45,6 @@ from dispatch_kubeflow.kube.resources import (
     TRAINJOB,
     WORKLOAD,
 )
-
-if TYPE_CHECKING:
-    # Loaded at login (see transport.py): the client package costs half a second to import.
-    from kubernetes_asyncio import client as k8s_client
 
 log = logging.getLogger(__name__)
 
@@ -132,51 +130,33 @@ class Login:
     context: str | None = None
     in_cluster: bool = False
 
-    async def configuration(self) -> k8s_client.Configuration:
-        from kubernetes_asyncio import client as k8s_client
-        from kubernetes_asyncio import config as k8s_config
-
-        cfg = k8s_client.Configuration()
+    async def connection(self) -> Connection:
         try:
-            if self.in_cluster:
-                k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-            else:
-                await k8s_config.load_kube_config(config_file=self.kubeconfig,
-                                                  context=self.context,
-                                                  client_configuration=cfg)
-        except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+            return await load_connection(kubeconfig=self.kubeconfig, context=self.context,
+                                         in_cluster=self.in_cluster)
+        except errors.SettingsError as exc:
             raise kopf.LoginError(f"cannot load credentials: {exc}") from exc
-        return cfg
 
     async def connection_info(self) -> kopf.ConnectionInfo:
-        return await connection_info(await self.configuration())
+        return await connection_info(await self.connection())
 
 
-async def connection_info(cfg: k8s_client.Configuration) -> kopf.ConnectionInfo:
-    """kopf's ConnectionInfo for a loaded kubernetes_asyncio Configuration.
-
-    Certificate data embedded in a kubeconfig has been written to files by the loader
-    (``cert_file``/``key_file``/``ssl_ca_cert`` are paths). A bearer token (static, from a
-    token file, an exec plugin or an auth provider) comes from ``get_api_key_with_prefix``.
-    """
-    maybe: Any = cfg.get_api_key_with_prefix("BearerToken")
-    header = await maybe if inspect.isawaitable(maybe) else maybe
-    scheme: str | None = None
-    token: str | None = None
-    if header:
-        parts = str(header).split(" ", 1)
-        scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+async def connection_info(conn: Connection) -> kopf.ConnectionInfo:
+    """kopf's ConnectionInfo for a loaded Connection: the same server, TLS material and
+    credentials as Kube's requests. A token with an expiry (an exec plugin's) makes kopf
+    log in again when it expires; kopf also logs in again on a 401 (a rotated token)."""
+    header = await conn.authorization()
+    scheme, token = header.split(" ", 1) if header else (None, None)
     return kopf.ConnectionInfo(
-        server=str(cfg.host),
-        ca_path=cfg.ssl_ca_cert or None,
-        insecure=not cfg.verify_ssl or None,
-        username=cfg.username or None,
-        password=cfg.password or None,
+        server=conn.host,
+        ca_data=conn.ca,
+        insecure=conn.insecure or None,
         scheme=scheme,
         token=token,
-        certificate_path=cfg.cert_file or None,
-        private_key_path=cfg.key_file or None,
-        proxy_url=cfg.proxy or None,
+        expiration=conn.token.expires if conn.token is not None else None,
+        certificate_data=conn.certificate,
+        private_key_data=conn.key,
+        proxy_url=conn.proxy,
     )
 
 

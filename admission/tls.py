@@ -12,9 +12,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import logging
-import os
 import ssl
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -25,6 +23,7 @@ from cryptography.x509.oid import NameOID
 
 from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.kube import KubeAPI, Resource
+from dispatch_kubeflow.kube.credentials import load_certificate
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +57,7 @@ class TlsMaterial:
     def load_into(self, ctx: ssl.SSLContext) -> None:
         """Serve this certificate from ``ctx`` from the next handshake on (a server keeps its
         context: loading into it is how the certificate changes without a restart)."""
-        # load_cert_chain reads files only: write them to a private directory, briefly.
-        with tempfile.TemporaryDirectory(prefix="dispatch-admission-tls-") as d:
-            cert, key = os.path.join(d, "tls.crt"), os.path.join(d, "tls.key")
-            with open(cert, "wb") as f:
-                f.write(self.cert)
-            fd = os.open(key, os.O_WRONLY | os.O_CREAT, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(self.key)
-            ctx.load_cert_chain(cert, key)
+        load_certificate(ctx, self.cert, self.key)
 
     @property
     def ca_bundle(self) -> str:

@@ -40,6 +40,7 @@ from dispatch_kubeflow import Backend, JobID, StartRequest
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
+from dispatch_kubeflow.kube.session import REQUEST_CONNECTIONS
 from dispatch_kubeflow.kube.slots import CALL_BEGAN
 
 STOP: contextvars.ContextVar[str] = contextvars.ContextVar("stop", default="")
@@ -190,6 +191,7 @@ async def stop_crowd(name: str, admin: Kube, ns: str,
     crowd_began = asyncio.get_running_loop().time()
     sampler = asyncio.create_task(sample_left(admin, ns, lambda: done, began, side.rows))
     mem = Memory() if memory else None
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     async def one(job: str, fn: Callable[[], Awaitable[Any]]) -> None:
         nonlocal done
@@ -214,15 +216,19 @@ async def stop_crowd(name: str, admin: Kube, ns: str,
     sampler.cancel()
     if mem is not None:
         mem.report()
+    print(f"{name}: peak RSS {rss_before:.0f} MB before the crowd, "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB after")
     side.rows.append((now() - began, done, await left(admin, ns)))
     side.each = list(side.by_job.values())
     return side
 
 
 async def dispatch_side(kubeconfig: str, admin: Kube, ns: str, n: int, quota: int,
-                        trace: Trace, *, fifo: bool = False, memory: bool = False) -> Side:
+                        trace: Trace, *, fifo: bool = False, memory: bool = False,
+                        pool: int | None = None) -> Side:
     await make_queue(admin, ns, names.ADMISSION_CHECK, quota)
-    kube = await Kube.connect(kubeconfig=kubeconfig, request_timeout=30)
+    kube = await Kube.connect(kubeconfig=kubeconfig, request_timeout=30,
+                              connections=pool or REQUEST_CONNECTIONS)
     try:
         backend = await Backend.connect(settings(kubeconfig, ns), kube=Traced(kube, trace))
         jobs = [JobID.new() for _ in range(n)]
@@ -236,7 +242,8 @@ async def dispatch_side(kubeconfig: str, admin: Kube, ns: str, n: int, quota: in
 
         def stop_of(j: JobID) -> Callable[[], Awaitable[Any]]:
             return lambda: backend.stop_job(j, "bench")
-        side = await stop_crowd("dispatch, first come" if fifo else "dispatch", admin, ns,
+        label = "dispatch, first come" if fifo else "dispatch"
+        side = await stop_crowd(label + (f", {pool} connections" if pool else ""), admin, ns,
                                 {str(j): stop_of(j) for j in jobs}, fifo=fifo,
                                 memory=memory)
         trace.on = False
@@ -336,6 +343,9 @@ async def main() -> None:
     ap.add_argument("--compare-order", action="store_true",
                     help="first a dispatch side whose stops are served first come, first "
                          "served (as before kube.slots), then the library's own")
+    ap.add_argument("--pool", type=int, default=None, metavar="N",
+                    help="the dispatch side's requests share at most N connections (default: "
+                         "the library's); one size a run, so each run's peak RSS is its own")
     a = ap.parse_args()
     kubeconfig = os.environ.get("KUBECONFIG") or sys.exit("set KUBECONFIG")
     tag = uuid.uuid4().hex[:6]
@@ -347,7 +357,7 @@ async def main() -> None:
             sides.append(await dispatch_side(kubeconfig, admin, f"stops-{tag}-o", a.jobs,
                                              a.quota, Trace(), fifo=True))
         sides.append(await dispatch_side(kubeconfig, admin, f"stops-{tag}-d", a.jobs, a.quota,
-                                         trace, memory=a.memory))
+                                         trace, memory=a.memory, pool=a.pool))
         if a.floor:
             report(a.jobs, sides, trace)  # kept should the floor's side fail
             sides.append(await floor_side_run(kubeconfig, admin, f"stops-{tag}-f", a.jobs,

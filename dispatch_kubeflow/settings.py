@@ -119,7 +119,10 @@ class ClusterSettings(_Section):
     once when the connection opens."""
 
     kubeconfig: str | None = Field(
-        None, description="a path to a kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+        None, description="a path to a kubeconfig file (default: $KUBECONFIG or ~/.kube/config, "
+        "files merged as kubectl merges them); its users may authenticate with a token, a "
+        "tokenFile, an exec plugin's token, an OIDC id-token, a username and password, or a "
+        "client certificate")
     context: str | None = Field(None, description="a context name in the kubeconfig")
     in_cluster: bool = Field(False, description="true to use the pod's service account")
 

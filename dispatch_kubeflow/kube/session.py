@@ -1,5 +1,5 @@
-"""The session: the HTTP client below the transport (aiohttp, through kubernetes-asyncio's
-REST client), its proxy, its two connection pools, and what its failures mean.
+"""The session: the HTTP client below the transport (aiohttp), its TLS, credentials and
+proxy, its two connection pools, and what its failures mean.
 
 A failure below HTTP leaves here as a :class:`~dispatch_kubeflow.core.errors.KubeNoAnswer`,
 its class and whether it is transient decided from the exception's type (never its message):
@@ -14,22 +14,29 @@ stream has no total timeout at all: connect and silence are bounded instead).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
+from yarl import URL
 
 from dispatch_kubeflow.core import errors
+from dispatch_kubeflow.kube.credentials import Connection
 from dispatch_kubeflow.kube.slots import Slots
-
-if TYPE_CHECKING:
-    from kubernetes_asyncio import client as k8s_client
 
 NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 """What a request or a read of its body raises when the network or the server fails it
 (aiohttp's ServerTimeoutError, raised by a sock_read timeout, is both a ClientError and a
 TimeoutError)."""
+
+REQUEST_CONNECTIONS = 50
+"""How many connections ordinary requests share at most. Each open TLS connection holds a
+256 KiB read buffer; measured with StopJob of 200 at once (bench/stops.py --pool, one run
+each): 100 connections peaked at 155 MB and took 16.1 s, 50 at 139 MB and 14.6 s, 25 at
+131 MB and 22.5 s. The API server, not the connection count, bounds a crowd above 50."""
 
 Timeout = float | aiohttp.ClientTimeout
 """A request's timeout: seconds in all, or aiohttp's parts (:func:`stream_timeout`)."""
@@ -56,35 +63,20 @@ def broken(exc: BaseException, what: str) -> errors.KubeStreamBroken:
     return errors.KubeStreamBroken(f"{what}: {exc!r}")
 
 
-def _proxy_once(rest: Any, host: str | None) -> None:
-    """Choose the environment's proxy for the API server once, as aiohttp would (its own
-    lookup: HTTPS_PROXY, NO_PROXY, netrc credentials), and stop aiohttp choosing it again per
-    request: kubernetes_asyncio's session trusts the environment, so every request re-read
-    the proxy variables and parsed ~/.netrc in a thread, 5 % of the controller's CPU at
+def env_proxy(host: str) -> tuple[str | None, dict[str, str]]:
+    """The environment's proxy for the API server, chosen once as aiohttp would (its own
+    lookup: HTTPS_PROXY, NO_PROXY, netrc credentials), and its headers. Chosen once, not per
+    request: a session that trusts the environment re-reads the proxy variables and parses
+    ~/.netrc in a thread for every request, which was 5 % of the controller's CPU at
     N = 200 (py-spy, docs/scale.md)."""
-    session = rest.pool_manager
-    if not getattr(session, "_trust_env", False):
-        return
-    if not rest.proxy and host:
-        from aiohttp.helpers import get_env_proxy_for_url
-        from yarl import URL
+    from aiohttp.helpers import get_env_proxy_for_url
+    from yarl import URL
 
-        try:
-            proxy, auth = get_env_proxy_for_url(URL(host))
-        except LookupError:  # none set, or NO_PROXY names the host
-            pass
-        else:
-            rest.proxy = str(proxy)
-            if auth is not None:
-                rest.proxy_headers = {**(rest.proxy_headers or {}),
-                                      "Proxy-Authorization": auth.encode()}
-    session._trust_env = False  # aiohttp keeps the flag there; no public setter
-
-
-def _pool_limit(rest_client: Any) -> int:
-    """How many connections the requests' pool opens at most (0: no limit)."""
-    connector = getattr(getattr(rest_client, "pool_manager", None), "connector", None)
-    return int(getattr(connector, "limit", 0) or 0)
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(host))
+    except LookupError:  # none set, or NO_PROXY names the host
+        return None, {}
+    return str(proxy), ({"Proxy-Authorization": auth.encode()} if auth is not None else {})
 
 
 def _q(v: Any) -> str:
@@ -96,18 +88,29 @@ def _q(v: Any) -> str:
 class Session:
     """The HTTP side of one connection to a cluster: sends, reads, and closes."""
 
-    def __init__(self, api: k8s_client.ApiClient) -> None:
-        self.api = api
-        _proxy_once(api.rest_client, api.configuration.host)
-        self._streams: Any = None  # the RESTClientObject of streams, made on first use
-        limit = _pool_limit(api.rest_client)
-        self._slots = Slots(limit) if limit > 0 else None
+    def __init__(self, conn: Connection, *, connections: int = REQUEST_CONNECTIONS) -> None:
+        self.conn = conn
+        self._ssl = conn.ssl_context() if conn.host.startswith("https:") else None
+        self._proxy: str | None = conn.proxy
+        self._proxy_headers: dict[str, str] = {}
+        if self._proxy is None:
+            self._proxy, self._proxy_headers = env_proxy(conn.host)
+        self._requests = self._client(connections)
+        self._streams: aiohttp.ClientSession | None = None  # made on first use
+        self._slots = Slots(connections) if connections > 0 else None
         """One per connection of the requests' pool, handed out oldest call first (None:
         the pool has no limit)."""
 
+    def _client(self, limit: int) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=limit, ssl=self._ssl or True),
+            trust_env=False,  # the proxy is chosen once, above
+            # A watch event can hold an object of up to etcd's 1.5 MiB request limit.
+            read_bufsize=2**21)
+
     @property
     def host(self) -> str:
-        return str(self.api.configuration.host)
+        return self.conn.host
 
     def slot(self, stream: bool) -> AbstractAsyncContextManager[Any]:
         """Hold it while a request uses a connection of the requests' pool.
@@ -120,39 +123,40 @@ class Session:
         (:mod:`.slots`). Streams have a pool of their own, without a limit."""
         return self._slots if not stream and self._slots is not None else nullcontext()
 
-    def stream_client(self) -> Any:
-        """The client of long-lived streams: same TLS, auth and proxy, no connection limit
-        (``maxsize=0``), so a stream never waits for another one to end."""
+    def stream_client(self) -> aiohttp.ClientSession:
+        """The client of long-lived streams: same TLS, auth and proxy, no connection limit,
+        so a stream never waits for another one to end."""
         if self._streams is None:
-            from kubernetes_asyncio.client import rest as k8s_rest
-
-            self._streams = k8s_rest.RESTClientObject(self.api.configuration, maxsize=0)
-            _proxy_once(self._streams, self.api.configuration.host)
+            self._streams = self._client(0)
         return self._streams
 
     async def authorize(self, query: Mapping[str, Any] | None,
                         headers: dict[str, str]) -> list[tuple[str, str]]:
         """Add the credentials to ``headers``; the query's parameters (None values left
-        out) and the credentials' own. Done before a connection is waited for."""
-        queries: list[tuple[str, Any]] = []
-        await self.api.update_params_for_auth(headers, queries, ["BearerToken"])
-        return [(k, _q(v)) for k, v in (query or {}).items() if v is not None] + queries
+        out). Done before a connection is waited for."""
+        auth = await self.conn.authorization()
+        if auth is not None:
+            headers["Authorization"] = auth
+        return [(k, _q(v)) for k, v in (query or {}).items() if v is not None]
 
     async def request(self, method: str, path: str, *, params: list[tuple[str, str]],
                       body: Any, headers: dict[str, str], timeout: Timeout,
                       stream: bool) -> aiohttp.ClientResponse:
         """Send one request; its response, body unread. KubeUnreachable when no answer
-        came."""
-        client = self.stream_client() if stream else self.api.rest_client
+        came. ``body``: bytes as they are, anything else as JSON (every content type the
+        transport sends is JSON, server-side apply's YAML included)."""
+        client = self.stream_client() if stream else self._requests
+        url = self.host + path + ("?" + urlencode(params) if params else "")
+        data = body if body is None or isinstance(body, bytes) else json.dumps(body)
         try:
-            resp: aiohttp.ClientResponse = await client.request(
-                method, self.host + path, query_params=params,  # type: ignore[arg-type]  # urlencode takes pairs
-                headers=headers, body=body,
-                _preload_content=False, _request_timeout=timeout,
-            )
+            return await client.request(
+                method, URL(url, encoded=True), data=data, headers=headers,
+                timeout=timeout if isinstance(timeout, aiohttp.ClientTimeout)
+                else aiohttp.ClientTimeout(total=timeout),
+                proxy=self._proxy, proxy_headers=self._proxy_headers or None,
+                server_hostname=self.conn.server_name)
         except NETWORK_ERRORS as exc:
             raise unreachable(exc, f"{method} {path}") from exc
-        return resp
 
     @staticmethod
     async def read(resp: aiohttp.ClientResponse, what: str) -> bytes:
@@ -174,4 +178,4 @@ class Session:
             if self._streams is not None:
                 await self._streams.close()
         finally:
-            await self.api.close()
+            await self._requests.close()

@@ -5,6 +5,7 @@ It speaks JSON dictionaries (the objects as the server sends them), maps error s
 that survive expiry (410), broken streams, stalls and API server restarts by listing again.
 
 Its parts, one job each: :mod:`.kubeconfig` (where a connection's settings come from),
+:mod:`.credentials` (what a request presents: tokens, TLS),
 :mod:`.session` (the HTTP client, its proxy and pools, and what its failures mean),
 :mod:`.verbs` (the request path and the verbs), :mod:`.watch` (the watch, and ``observe``
 over the port), :mod:`.streams` (log streams), :mod:`.retry` (what is ridden out).
@@ -23,11 +24,10 @@ exception's type (never its message):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from dispatch_kubeflow.kube.kubeconfig import load_configuration, require_kubeconfig
+from dispatch_kubeflow.kube.credentials import Connection
+from dispatch_kubeflow.kube.kubeconfig import load_connection, require_kubeconfig
 from dispatch_kubeflow.kube.port import KubeAPI, Obj, PatchKind, WatchEvent
-from dispatch_kubeflow.kube.session import Session
+from dispatch_kubeflow.kube.session import REQUEST_CONNECTIONS, Session
 from dispatch_kubeflow.kube.streams import ByteStream, LogStreams
 from dispatch_kubeflow.kube.watch import (
     MAX_EVENT_BYTES,
@@ -38,9 +38,6 @@ from dispatch_kubeflow.kube.watch import (
     Watching,
     observe,
 )
-
-if TYPE_CHECKING:
-    from kubernetes_asyncio import client as k8s_client
 
 # Obj, PatchKind, WatchEvent and the watch's names live elsewhere; named here too for
 # older imports.
@@ -56,10 +53,11 @@ may cut it shorter; an API server restarting takes 10-45 s on the local cluster)
 class Kube(Watching, LogStreams, Observes):
     """An open connection to one cluster. Close it with :meth:`close` or ``async with``."""
 
-    def __init__(self, api: k8s_client.ApiClient, *, request_timeout: float = 10.0,
+    def __init__(self, conn: Connection, *, request_timeout: float = 10.0,
                  watch_grace: float = WATCH_GRACE, watch_backoff: WatchBackoff = WATCH_BACKOFF,
-                 transient_window: float = TRANSIENT_WINDOW) -> None:
-        self._session = Session(api)
+                 transient_window: float = TRANSIENT_WINDOW,
+                 connections: int = REQUEST_CONNECTIONS) -> None:
+        self._session = Session(conn, connections=connections)
         self.request_timeout = request_timeout
         self.watch_grace = watch_grace
         self.watch_backoff = watch_backoff
@@ -75,18 +73,18 @@ class Kube(Watching, LogStreams, Observes):
         in_cluster: bool = False,
         request_timeout: float = 10.0,
         transient_window: float = TRANSIENT_WINDOW,
+        connections: int = REQUEST_CONNECTIONS,
     ) -> Kube:
         """Open from a kubeconfig file (and context) or the pod's service account.
 
         A SettingsError names the settings field at fault: ``cluster.kubeconfig`` (no such
         file, or one that does not load), ``cluster.inCluster`` (no service account here).
+        ``connections`` bounds the requests' pool (streams have their own, unbounded).
         """
-        from kubernetes_asyncio import client as k8s_client
-
-        cfg = await load_configuration(kubeconfig=kubeconfig, context=context,
-                                       in_cluster=in_cluster)
-        return cls(k8s_client.ApiClient(configuration=cfg), request_timeout=request_timeout,
-                   transient_window=transient_window)
+        conn = await load_connection(kubeconfig=kubeconfig, context=context,
+                                     in_cluster=in_cluster)
+        return cls(conn, request_timeout=request_timeout, transient_window=transient_window,
+                   connections=connections)
 
     async def close(self) -> None:
         await self._session.close()

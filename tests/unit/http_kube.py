@@ -1,9 +1,4 @@
-"""A :class:`Kube` on a plain-HTTP test server (aiohttp's ``web`` on 127.0.0.1).
-
-kubernetes_asyncio is imported when a test connects, not when the suite is collected: it is
-the heaviest import of the suite (about half a second in every test process), and only the
-tests of the transport itself need it.
-"""
+"""A :class:`Kube` on a plain-HTTP test server (aiohttp's ``web`` on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -13,25 +8,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.credentials import Connection
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-# The server speaks plain HTTP, so no CA is ever used; naming a one-certificate file spares
-# each client (and each stream client) loading the system's CA store (~60 ms each).
-UNUSED_CA = str(Path(__file__).with_name("unused_ca.pem"))
+# A CA for a test's https Connection that never connects: loading one certificate spares
+# loading the system's CA store (~60 ms a client).
+UNUSED_CA = Path(__file__).with_name("unused_ca.pem").read_bytes()
 
 
 def kube_at(port: int, *, pool: int | None = None, **options: Any) -> Kube:
     """A Kube of the server on ``port``; ``pool``: the requests' connection limit;
     ``options`` go to :class:`Kube` as they are."""
-    from kubernetes_asyncio import client as k8s_client
-
-    cfg = k8s_client.Configuration(host=f"http://127.0.0.1:{port}")
-    cfg.ssl_ca_cert = UNUSED_CA
     if pool is not None:
-        cfg.connection_pool_maxsize = pool
-    return Kube(k8s_client.ApiClient(configuration=cfg), **options)
+        options["connections"] = pool
+    return Kube(Connection(host=f"http://127.0.0.1:{port}"), **options)
 
 
 @contextlib.asynccontextmanager

@@ -26,8 +26,7 @@ Obj = dict[str, Any]
 
 
 # kopf and admission.operator (which imports it) are imported by the tests that use them,
-# not when the suite is collected: kopf loads kubernetes_asyncio too, about 1.5 s of every
-# test process's start, and the suite's other tests need neither.
+# not when the suite is collected: the suite's other tests need neither.
 @pytest.fixture(scope="module")
 def kopf() -> ModuleType:
     return importlib.import_module("kopf")
@@ -122,9 +121,11 @@ def test_login_uses_embedded_client_certificate(tmp_path: Path, operator: Module
     assert info.server == "https://127.0.0.1:16443"
     assert info.token is None
     assert info.insecure is None
-    assert Path(str(info.certificate_path)).read_bytes() == material.cert
-    assert Path(str(info.private_key_path)).read_bytes() == material.key
-    assert Path(str(info.ca_path)).exists()
+    assert info.certificate_data == material.cert
+    assert info.private_key_data == material.key
+    cluster = yaml.safe_load(path.read_text())["clusters"][0]["cluster"]
+    assert info.ca_data == base64.b64decode(cluster["certificate-authority-data"])
+    assert not any(Path(tmp_path).glob("dispatch-tls-*"))  # nothing left on disk
     info.as_ssl_context()  # kopf can build its TLS context from it
 
 

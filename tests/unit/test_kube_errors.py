@@ -294,7 +294,8 @@ async def test_a_missing_kubeconfig_names_the_field(tmp_path: Path) -> None:
     assert err.value.field == "cluster.kubeconfig"
     assert str(err.value).startswith(f"cluster.kubeconfig: no such file {missing}; ")
     broken = tmp_path / "broken.kubeconfig"
-    broken.write_text("apiVersion: v1\nkind: Config\n")
+    broken.write_text("apiVersion: v1\nkind: Config\ncurrent-context: a\n"
+                      "contexts: [{name: a, context: {cluster: c, user: u}}]\n")
     with pytest.raises(errors.SettingsError) as err:
         await Kube.connect(kubeconfig=str(broken))
     assert err.value.field == "cluster.kubeconfig"
