@@ -24,9 +24,10 @@ approver), the controller's replicas, kube-apiserver, etcd and Kueue (the local 
 processes; on another cluster those columns say n/a). The API
 server's own metric ``apiserver_longrunning_requests{verb="WATCH"}`` is read during the waits.
 
-With ``--fenced-floor`` the floor's approver is :class:`FencedApprover` (bench/fenced.py)
-instead: the controller's three fenced requests and nothing else, so the ratio says how close
-the controller comes to what its fence alone costs (issue 28 item 3).
+With ``--fenced-floor`` a second floor runs after the first, the same but for its approver,
+:class:`FencedApprover` (bench/fenced.py): the controller's three fenced requests and nothing
+else, so its table says how close the controller comes to what its fence alone costs (issue
+28 item 3), in the same run as the minimal floor's.
 
 Then StopJob of a job whose objects go promptly (``--prompt K``, default 5): K jobs one after
 another, each stopped alone once it has ended, through the library and as the bare script,
@@ -85,8 +86,9 @@ async def main() -> int:
                     help="run each N through the library and the controller (--no-dispatch: "
                          "the floor alone, e.g. beside an earlier --no-floor run of the same N)")
     ap.add_argument("--fenced-floor", action="store_true",
-                    help="the floor's approver sends the controller's three fenced requests "
-                         "(bench/fenced.py) instead of one write: what the fence alone costs")
+                    help="then a second floor whose approver sends the controller's three "
+                         "fenced requests (bench/fenced.py) instead of one write: what the "
+                         "fence alone costs")
     ap.add_argument("--cluster", default="dk", help="the local cluster (its processes' figures)")
     ap.add_argument("--prompt", type=int, default=5, metavar="JOBS",
                     help="StopJob of a job whose objects go promptly, over this many jobs")
@@ -115,12 +117,15 @@ async def main() -> int:
                 ds.append((w, await dispatch_phase(kubeconfig, admin, n, a.quota, pids,
                                                    f"{tag}{w or ''}")))
             # Without the floor (--no-floor), its column is empty ("-", nan) and no ratio.
-            f = (await floor_phase(kubeconfig, admin, n, a.quota, pids, tag,
-                                   fenced=a.fenced_floor) if a.floor
+            f = (await floor_phase(kubeconfig, admin, n, a.quota, pids, tag) if a.floor
                  else Phase("floor (not run)", n))
+            g = (await floor_phase(kubeconfig, admin, n, a.quota, pids, tag, fenced=True)
+                 if a.fenced_floor else None)
             # Without the library's phase (--no-dispatch), its column is the empty one.
             for w, d in ds or [(None, Phase("dispatch (not run)", n))]:
                 table(d, f, w)
+                if g is not None:
+                    table(d, g, w)
         if a.prompt:
             prompt_table(await prompt_stops(kubeconfig, admin, a.prompt, a.quota, tag))
         if a.sdk:

@@ -610,14 +610,18 @@ def parse_bench(text: str) -> Json:
     for line in text.splitlines():
         if m := re.match(r"N = (\d+) two-node jobs", line):
             if " s fenced" in line:
-                # Its floor is another approver's: not a figure of scale.json's floors.
-                raise SystemExit("gen_figures: a --fenced-floor run; cite it in "
-                                 "docs/scale-history.md instead")
+                # The fenced floor's table (--fenced-floor, after the minimal floor's): its
+                # floor is another approver's, not a figure of scale.json's floors; cited in
+                # docs/scale-history.md.
+                section = "fenced"
+                continue
             run = {"n": int(m.group(1)), "dispatch": {}, "floor": {}}
             section = "phase"
             continue
         if line.startswith("StopJob of a job whose objects go promptly"):
             section = "prompt"
+            continue
+        if section == "fenced":
             continue
         if not line.startswith("  ") or not run or len(line) < 46:
             if line and not line.startswith(" "):

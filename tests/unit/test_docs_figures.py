@@ -102,6 +102,23 @@ def test_a_run_is_read_from_what_the_benchmark_printed() -> None:
     assert f["prompt_stop"]["seconds_p50"] == 0.12
 
 
+def test_the_fenced_floors_table_is_not_read_as_the_floor() -> None:
+    """--fenced-floor prints a second table after the minimal floor's; its floor is another
+    approver's, so the run's floor stays the minimal one."""
+    head = f"  {'':<44}{'dispatch':>10}{'floor':>10}{'ratio':>8}"
+    text = "\n".join([
+        "", "N = 1000 two-node jobs (1800 s dispatch, 2000 s floor)", head,
+        _bench_row("decision latency p99, ms", 1100, 540),
+        "", "N = 1000 two-node jobs (1800 s dispatch, 2100 s fenced)", head,
+        _bench_row("decision latency p99, ms", 1100, 900),
+        "", "StopJob of a job whose objects go promptly (5 jobs, one at a time)", head,
+        _bench_row("seconds p50", 0.15, 0.12, ".2f"),
+    ])
+    run = gen.parse_bench(text)
+    assert run["floor"]["decision_ms"]["p99"] == 540
+    assert run["floor"]["prompt_stop"]["seconds_p50"] == 0.12
+
+
 def test_no_table_in_the_bench_output_is_an_error() -> None:
     with pytest.raises(SystemExit, match="no 'N = "):
         gen.parse_bench("nothing\n")
