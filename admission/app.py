@@ -32,10 +32,12 @@ from admission.holds import HoldExpiry
 from admission.intake import Caches, Feed, list_live
 from admission.lease import LeaderElector
 from admission.observability import EventRecorder, HealthServer, Metrics
+from admission.permit_revocation import PermitRevocation
 from admission.pod_identity import WebhookServer
 from admission.readmission import Readmission
 from admission.tls_keeper import SecretKeeper
 from admission.webhook_config import ClientConfig, ConfigurationKeeper, ensure_configuration
+from admission.worker_proof import Workers
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import (
@@ -90,7 +92,10 @@ class Config:
 
 
 class Controller:
-    def __init__(self, kube: KubeAPI, config: Config) -> None:
+    def __init__(self, kube: KubeAPI, config: Config,
+                 workers: Mapping[str, KubeAPI] | None = None) -> None:
+        """``workers``: in a MultiKueue manager, a client of each worker cluster by its
+        MultiKueueCluster's name (``--worker-kubeconfigs``); None in any other cluster."""
         self.kube = kube
         self.config = config
         self.metrics = Metrics()
@@ -105,13 +110,18 @@ class Controller:
                       for res in (WORKLOAD, TRAINJOB, POD, JOBSET, ADMISSION_CHECK,
                                   CLUSTER_QUEUE)}
         self.events = EventRecorder(kube, instance=config.identity)
+        self.permits = PermitRevocation(kube) if workers is not None else None
+        """The permits of the workers (a MultiKueue manager's leader times, revokes and
+        grants them); None outside a manager."""
+        self.workers = dict(workers or {})
         self.readmission = Readmission(
             kube, self.elector, self.caches, workloads=self.feeds[WORKLOAD.plural],
             trainjobs=self.feeds[TRAINJOB.plural], pods=self.feeds[POD.plural],
             jobsets=self.feeds[JOBSET.plural],
             admission_checks=self.feeds[ADMISSION_CHECK.plural],
             cluster_queues=self.feeds[CLUSTER_QUEUE.plural], metrics=self.metrics,
-            events=self.events, workers=config.workers, faults=self.faults)
+            events=self.events, workers=config.workers, faults=self.faults,
+            clusters=Workers(self.workers, self.permits) if self.permits is not None else None)
         self.active = ActiveConditions(kube, self.elector, self.caches,
                                        self.feeds[ADMISSION_CHECK.plural])
         self.gate_lift = GateLift(kube, self.elector, self.feeds[POD.plural], self.metrics,
@@ -233,6 +243,9 @@ class Controller:
             self._spawn(self.keeper.run(), "webhook configuration")
         if self.secret is not None:
             self._spawn(self.secret.run(), "TLS secret")
+        if self.permits is not None:
+            self._spawn(self.permits.lead(self.elector.is_leader, self.workers),
+                        "worker permits")
         self._spawn(self.elector.run(), "leader election")
 
     async def _successor(self, within: float) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -20,7 +21,7 @@ from admission import faults, tls
 from admission.app import Config, Controller
 from admission.observability import parse_listen, setup_logging
 from dispatch_kubeflow.core import errors, names
-from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import Kube, KubeAPI
 
 log = logging.getLogger("admission")
 
@@ -111,6 +112,11 @@ def parser() -> argparse.ArgumentParser:
       help="Workloads judged at once, and pods' starts asked for at once (default "
            "%(default)s); one Workload is never judged by two at a time, and each decision "
            "still rests on a live LIST of its job's pods")
+    a("--worker-kubeconfigs", default="", metavar="DIR",
+      help="in a MultiKueue manager cluster: a directory (a mounted Secret) with one "
+           "kubeconfig per worker cluster, each file named as its MultiKueueCluster; the "
+           "gate then proves a job's previous execution gone in every worker, and the leader "
+           "times, revokes and grants the workers' permits (docs/multikueue-fence.md)")
     a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     # Test-only crash and stall points (admission.faults); hidden from --help.
     a("--fault", action="append", default=[], choices=sorted(faults.KNOWN),
@@ -147,6 +153,30 @@ def validate(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
             p.error(str(exc))
     if ns.kubeconfig and not os.access(ns.kubeconfig, os.R_OK):
         p.error(f"--kubeconfig: cannot read {ns.kubeconfig}")
+    if ns.worker_kubeconfigs:
+        try:
+            worker_kubeconfigs(ns.worker_kubeconfigs)
+        except errors.SettingsError as exc:
+            p.error(str(exc))
+
+
+def worker_kubeconfigs(directory: str) -> dict[str, str]:
+    """The kubeconfig file of each worker cluster by name, from ``--worker-kubeconfigs``: the
+    directory's regular files (a mounted Secret's keys; its ``..data`` links and hidden
+    files are not workers). A SettingsError when there is none: a manager that knows no
+    worker would hold every MultiKueue job back."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError as exc:
+        raise errors.SettingsError(f"--worker-kubeconfigs: {exc}",
+                                   field="--worker-kubeconfigs") from exc
+    found = {e.name: e.path for e in entries
+             if not e.name.startswith(".") and e.is_file()}
+    if not found:
+        raise errors.SettingsError(
+            f"--worker-kubeconfigs: {directory} holds no kubeconfig (one file per worker "
+            "cluster, named as its MultiKueueCluster)", field="--worker-kubeconfigs")
+    return found
 
 
 async def _main(ns: argparse.Namespace) -> int:
@@ -164,8 +194,18 @@ async def _main(ns: argparse.Namespace) -> int:
     # kopf is imported here, where the controller runs, not by every importer of the CLI.
     from admission import operator
 
-    async with kube:
-        controller = Controller(kube, config_from(ns))
+    async with kube, contextlib.AsyncExitStack() as stack:
+        workers: dict[str, KubeAPI] | None = None
+        if ns.worker_kubeconfigs:
+            workers = {}
+            for name, path in worker_kubeconfigs(ns.worker_kubeconfigs).items():
+                try:
+                    workers[name] = await stack.enter_async_context(
+                        await Kube.connect(kubeconfig=path))
+                except errors.SettingsError as exc:
+                    print(f"dispatch-admission: worker {name}: {exc}", file=sys.stderr)
+                    return 2
+        controller = Controller(kube, config_from(ns), workers)
         login = operator.Login(kubeconfig=ns.kubeconfig, context=ns.context,
                                in_cluster=in_cluster)
         try:

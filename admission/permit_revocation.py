@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.execution import alive
@@ -128,10 +128,33 @@ class PermitRevocation:
     async def run(self) -> None:
         """Observe every wait / :attr:`ROUNDS` seconds until cancelled."""
         while True:
-            try:
-                await self.observe_once()
-            except errors.KubeError as exc:
-                # The wait only grows while nothing is read: a version first seen later is
-                # timed from later. Safe, only slower.
-                log.warning("cannot read the permit Leases: %s", exc)
+            await self._observe()
             await asyncio.sleep(self.wait / self.ROUNDS)
+
+    async def lead(self, leading: Callable[[], bool], workers: Mapping[str, KubeAPI]) -> None:
+        """The leader's loop in a manager: while ``leading()``, every wait / :attr:`ROUNDS`
+        seconds, time and revoke the permits, then grant each revoked one again whose worker
+        (``workers``: a client of each by cluster name) lists no alive dispatch pod.
+
+        Leadership only spares the other replica the work: every revocation and grant is a
+        write carrying the version it judged, so two replicas racing change nothing twice,
+        and a version unchanged since a follower last saw it has had no write since (a
+        resourceVersion is never reused)."""
+        while True:
+            if leading():
+                await self._observe()
+                for cluster, worker in sorted(workers.items()):
+                    try:
+                        await self.grant_again(cluster, worker)
+                    except errors.KubeError as exc:
+                        log.info("the permit of %s stays revoked: cannot list it (%s)",
+                                 cluster, exc)
+            await asyncio.sleep(self.wait / self.ROUNDS)
+
+    async def _observe(self) -> None:
+        try:
+            await self.observe_once()
+        except errors.KubeError as exc:
+            # The wait only grows while nothing is read: a version first seen later is
+            # timed from later. Safe, only slower.
+            log.warning("cannot read the permit Leases: %s", exc)

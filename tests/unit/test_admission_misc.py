@@ -208,3 +208,41 @@ def test_the_network_policy_opens_the_webhook_port_to_no_pod() -> None:
     assert webhook["from"]
     assert all(set(peer) == {"ipBlock"} and peer["ipBlock"]["except"]
                                    for peer in webhook["from"])
+
+
+def test_worker_kubeconfigs_are_a_mounted_secrets_files(tmp_path: Any) -> None:
+    # A mounted Secret: ..data links to a timestamped directory; each key links into it.
+    data = tmp_path / "..2026_12_06"
+    data.mkdir()
+    for name in ("w1", "w2"):
+        (data / name).write_text("apiVersion: v1\n")
+    (tmp_path / "..data").symlink_to(data.name)
+    for name in ("w1", "w2"):
+        (tmp_path / name).symlink_to(f"..data/{name}")
+    assert cli.worker_kubeconfigs(str(tmp_path)) == {
+        "w1": str(tmp_path / "w1"), "w2": str(tmp_path / "w2")}
+
+
+@pytest.mark.parametrize("what", ["empty", "missing"])
+def test_a_manager_without_workers_exits_2(what: str, tmp_path: Any,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    where = tmp_path if what == "empty" else tmp_path / "nope"
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--worker-kubeconfigs", str(where)])
+    assert exc.value.code == 2
+    assert "--worker-kubeconfigs:" in capsys.readouterr().err
+
+
+def test_a_managers_controller_proves_its_workers_and_leads_their_permits() -> None:
+    from admission.app import Config, Controller
+    from admission.worker_proof import Workers
+
+    worker = object()
+    c = Controller(kube=None, config=Config(identity="m"),  # type: ignore[arg-type]
+                   workers={"w1": worker})  # type: ignore[dict-item]
+    assert isinstance(c.readmission.clusters, Workers)
+    assert c.readmission.clusters.clients == {"w1": worker}
+    assert c.permits is not None
+    assert c.readmission.clusters.revocation is c.permits
+    plain = Controller(kube=None, config=Config(identity="p"))  # type: ignore[arg-type]
+    assert (plain.readmission.clusters, plain.permits) == (None, None)

@@ -7,6 +7,7 @@ first saw it; only permit Leases are touched; and a missing Lease proves nothing
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -247,3 +248,57 @@ async def test_an_unreachable_worker_stays_revoked() -> None:
     with pytest.raises(errors.KubeError):
         await m.grant_again("w1", worker)
     assert is_revoked(lease(k, "w1"))
+
+
+async def rounds(m: PermitRevocation, leading: list[bool], workers: dict[str, FakeKube],
+                 n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``n`` rounds of the leader's loop, its sleeps between rounds skipped (the fake's own
+    sleeps kept)."""
+    done = 0
+    real = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        nonlocal done
+        if seconds != m.wait / m.ROUNDS:
+            return await real(seconds)
+        done += 1
+        if done >= n:
+            raise asyncio.CancelledError
+        return None
+
+    monkeypatch.setattr("admission.permit_revocation.asyncio.sleep", sleep)
+    with pytest.raises(asyncio.CancelledError):
+        await m.lead(lambda: leading[0], workers)
+
+
+async def test_the_leaders_loop_revokes_and_grants_and_a_follower_writes_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    k, clock, m = setup()
+    worker, cut = FakeKube(1), FakeKube(2)
+    await granted(k, "w1")
+    await granted(k, "w2")
+    await worker.create(POD, dispatch_pod("p-0", "Running"), "team-a")
+
+    def unreachable(verb: str, res: Resource, _name: str) -> None:
+        raise errors.KubeError("connection refused", status=0, reason="Unreachable")
+    cut.before = unreachable
+    workers = {"w1": worker, "w2": cut}
+    leading = [False]
+    await rounds(m, leading, workers, 1, monkeypatch)
+    clock.now += WAIT + EPS
+    await rounds(m, leading, workers, 3, monkeypatch)
+    # A follower neither times nor revokes.
+    assert not is_revoked(lease(k, "w1"))
+    assert not is_revoked(lease(k, "w2"))
+    leading[0] = True
+    await rounds(m, leading, workers, 1, monkeypatch)  # first sighting as leader
+    clock.now += WAIT + EPS
+    await rounds(m, leading, workers, 1, monkeypatch)
+    # Both silent: revoked; w1 has a dispatch pod alive and w2 cannot be listed, so
+    # neither is granted again in the same round.
+    assert is_revoked(lease(k, "w1"))
+    assert is_revoked(lease(k, "w2"))
+    await worker.delete(POD, "p-0", "team-a")
+    await rounds(m, leading, workers, 1, monkeypatch)
+    assert not is_revoked(lease(k, "w1"))  # its pods gone: granted again
+    assert is_revoked(lease(k, "w2"))  # still unreachable: stays revoked
