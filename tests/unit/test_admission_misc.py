@@ -246,3 +246,23 @@ def test_a_managers_controller_proves_its_workers_and_leads_their_permits() -> N
     assert c.readmission.clusters.revocation is c.permits
     plain = Controller(kube=None, config=Config(identity="p"))  # type: ignore[arg-type]
     assert (plain.readmission.clusters, plain.permits) == (None, None)
+
+
+def test_the_manager_component_mounts_the_workers_where_its_flag_reads_them() -> None:
+    """deploy/admission/multikueue-manager: the flag it adds names the directory its Secret
+    is mounted at, and the Role it adds lets the leader list and update the permit Leases."""
+    root = Path(__file__).parents[2] / "deploy" / "admission" / "multikueue-manager"
+    component = yaml.safe_load((root / "kustomization.yaml").read_text())
+    assert component["kind"] == "Component"
+    [patch] = component["patches"]
+    ops = {op["path"].rsplit("/", 2)[-2]: op["value"] for op in yaml.safe_load(patch["patch"])}
+    ns = cli.parser().parse_args([ops["args"]])
+    assert ns.worker_kubeconfigs == ops["volumeMounts"]["mountPath"]
+    assert ops["volumeMounts"]["name"] == ops["volumes"]["name"]
+    assert ops["volumes"]["secret"]["secretName"] == "dispatch-admission-workers"
+    role, binding = yaml.safe_load_all((root / "permits-rbac.yaml").read_text())
+    assert component["resources"] == ["permits-rbac.yaml"]
+    [rule] = role["rules"]
+    assert (rule["resources"], set(rule["verbs"])) == (["leases"], {"get", "list", "update"})
+    assert role["metadata"]["namespace"] == names.CONTROLLER_NAMESPACE
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
