@@ -194,6 +194,13 @@ def claims_the_fence(pod: dict[str, Any]) -> bool:
     return names.FENCE_CONTAINER in named
 
 
+def carries_the_fence(pod: dict[str, Any]) -> bool:
+    """Whether ``pod`` carries the fence as the worker's webhook puts it: a native sidecar
+    (an init container with restartPolicy Always) of that name."""
+    return any(c.get("name") == names.FENCE_CONTAINER and c.get("restartPolicy") == "Always"
+               for c in (pod.get("spec") or {}).get("initContainers") or [])
+
+
 # --- stopping the pod's processes ----------------------------------------------------------
 
 def stop_processes(pids: Callable[[], Iterable[int]] | None = None,

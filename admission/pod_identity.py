@@ -27,15 +27,18 @@ import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from admission.fence import Placement, carries_the_fence, claims_the_fence, sidecar_patch
 from admission.observability import Metrics, parse_listen
 from admission.webhook_config import PATH
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.execution import judge_pod
 from dispatch_kubeflow.core.identity import ExecutionIdentity, IdentityError, parse_count
+from dispatch_kubeflow.core.kueue import multikueue_remote
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.core.scheduling_gate import gate_op, judge_start, lifts_gate
 from dispatch_kubeflow.kube import KubeAPI
@@ -49,6 +52,19 @@ Obj = dict[str, Any]
 
 class Denied(Exception):
     """The pod must not be created; the message tells its creator why."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSide:
+    """The webhook of a MultiKueue worker cluster (docs/multikueue-fence.md): what it adds
+    for the jobs a manager's MultiKueue put here (:func:`core.kueue.multikueue_remote`)."""
+
+    cluster: str
+    """This worker's MultiKueueCluster name in the manager."""
+    holds_permit: Callable[[], bool]
+    """Whether this replica holds the worker's permit now (admission.permit_renewal)."""
+    placement: Placement
+    """The fence each of their pods carries (admission.fence)."""
 
 
 # --- pure ------------------------------------------------------------------------------------
@@ -117,12 +133,20 @@ def review_response(uid: str, *, patch: list[Obj] | None = None,
 
 async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj | None]],
                  list_pods: Callable[[str, str], Awaitable[list[Obj]]],
-                 list_workloads: Callable[[str, str], Awaitable[list[Obj]]]) -> Obj:
+                 list_workloads: Callable[[str, str], Awaitable[list[Obj]]],
+                 worker: WorkerSide | None = None) -> Obj:
     """Answer one AdmissionReview request (the ``request`` member): a dispatch pod's creation,
     or an update that lifts dispatch's scheduling gate from one (the configuration's match
     condition sends no other update). ``list_pods(namespace, trainjob)`` lists the job's pods
     stored now; ``list_workloads(namespace, trainjob_uid)`` its Workloads, read only for a
-    Kueue-mode job the gate approved."""
+    Kueue-mode job the gate approved.
+
+    A pod of a MultiKueue remote (a TrainJob a manager put in this worker) needs ``worker``:
+    its admission is the manager's, so the worker's own Workload proves nothing of it; it is
+    created only while this replica holds the worker's permit, and carries the fence that
+    stops it when its share of the permit runs out (its first share only once the manager
+    confirms, live, that its identity is current: admission.permit_answers). Without
+    ``worker`` such a pod is refused: nothing here could fence it."""
     uid = str(request.get("uid") or "")
     pod = request.get("object") or {}
     if not is_dispatch_pod(pod):
@@ -145,12 +169,15 @@ async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj 
         if tj is None:
             raise Denied(f"TrainJob {namespace}/{name} does not exist")
         ident = identity_for(pod, tj)
+        remote = multikueue_remote(tj)
+        if remote and not dry_run:
+            _may_run_here(pod, namespace, name, worker, lift=lift)
         try:
             pods = await list_pods(namespace, name)
         except errors.KubeError as exc:
             raise Denied(f"cannot list the pods of TrainJob {namespace}/{name}: {exc}") from exc
         workloads: list[Obj] = []
-        if not dry_run and labels_of(tj).get(names.QUEUE_NAME_LABEL) \
+        if not dry_run and not remote and labels_of(tj).get(names.QUEUE_NAME_LABEL) \
                 and annotations_of(tj).get(names.ADMISSION_TOKEN):
             try:
                 workloads = await list_workloads(namespace, str(meta(tj).get("uid") or ""))
@@ -167,16 +194,43 @@ async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj 
         if not verdict.allowed:
             raise Denied(verdict.reason)
         gate = gate_op(pod)
-        return review_response(uid, patch=env_patch(pod, ident) + ([gate] if gate else []))
+        # The fence last: it puts its container first of the init containers, which the
+        # identity's ops address by their index before it.
+        fence = sidecar_patch(pod, worker.placement) if remote and worker is not None else []
+        return review_response(uid, patch=env_patch(pod, ident) + ([gate] if gate else [])
+                               + fence)
     except Denied as exc:
         return review_response(uid, denied=f"dispatch-admission: {exc}")
 
 
+def _may_run_here(pod: Obj, namespace: str, name: str, worker: WorkerSide | None, *,
+                  lift: bool) -> None:
+    """Denied unless a pod of the MultiKueue remote ``name`` may be made (or, ``lift``,
+    start) now."""
+    if worker is None:
+        raise Denied(f"TrainJob {namespace}/{name} was put here by a manager's MultiKueue "
+                     f"({names.MULTIKUEUE_ORIGIN_LABEL}), and this dispatch-admission does "
+                     "not run as a MultiKueue worker: nothing here could fence its pods "
+                     "(docs/multikueue-fence.md)")
+    if not lift and claims_the_fence(pod):
+        raise Denied(f"the pod brings a container or volume named {names.FENCE_CONTAINER}, "
+                     "which only the worker's webhook may put in a pod")
+    if lift and not carries_the_fence(pod):
+        raise Denied(f"the pod has no {names.FENCE_CONTAINER} (made before this worker's "
+                     "webhook fenced MultiKueue jobs): it may not start")
+    if not worker.holds_permit():
+        raise Denied(f"worker {worker.cluster} holds no permit from the manager now (not "
+                     "renewed in time, or revoked): no pod of a MultiKueue job may start "
+                     "here until it does")
+
+
 # --- server --------------------------------------------------------------------------------
 class WebhookServer:
-    def __init__(self, kube: KubeAPI, metrics: Metrics) -> None:
+    def __init__(self, kube: KubeAPI, metrics: Metrics, worker: WorkerSide | None = None
+                 ) -> None:
         self.kube = kube
         self.metrics = metrics
+        self.worker = worker
         self._runner: web.AppRunner | None = None
         self.serving = False
 
@@ -202,7 +256,8 @@ class WebhookServer:
         except (ValueError, KeyError, TypeError):
             self.metrics.webhook.labels("malformed").inc()
             return web.Response(status=400, text="expected an AdmissionReview v1\n")
-        out = await review(req, self._get_trainjob, self._list_pods, self._list_workloads)
+        out = await review(req, self._get_trainjob, self._list_pods, self._list_workloads,
+                           self.worker)
         resp = out["response"]
         outcome = "denied" if not resp["allowed"] else ("patched" if "patch" in resp
                                                         else "ignored")

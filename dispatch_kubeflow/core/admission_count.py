@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.identity import IdentityError, parse_count
+from dispatch_kubeflow.core.kueue import multikueue_remote
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 
 Obj = Mapping[str, Any]
@@ -104,9 +105,16 @@ def unapproved_admission(trainjob: Obj, workloads: Iterable[Obj]) -> str:
     or approved by a controller before tokens). Its Workload's admission token (UID and
     evictions) must be the one recorded with A: a ClusterQueue that stopped listing the
     check, or a Workload re-made and admitted without it, would otherwise run the job again
-    at the same identity once the old pods are gone."""
+    at the same identity once the old pods are gone.
+
+    A MultiKueue remote (a TrainJob a manager put in this worker) is not judged here: its
+    token names the manager's admission, which the manager's gate judged, and the worker's
+    Workload of it is another object; its pods start only on the worker's permit, each once
+    the manager confirms its identity live (docs/multikueue-fence.md)."""
     approved = annotations_of(trainjob).get(names.ADMISSION_TOKEN)
     if not approved or not labels_of(trainjob).get(names.QUEUE_NAME_LABEL):
+        return ""
+    if multikueue_remote(trainjob):
         return ""
     current = newest_workload(workloads)
     if current is None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import labels_of
 
 Obj = Mapping[str, Any]
 
@@ -35,6 +36,13 @@ def trainjob_of(wl: Obj) -> str | None:
                 and str(ref.get("apiVersion", "")).startswith(names.TRAINER_GROUP + "/")):
             return str(ref.get("name") or "") or None
     return None
+
+
+def multikueue_remote(trainjob: Obj) -> bool:
+    """Whether the TrainJob is a MultiKueue remote: made in this worker cluster by a
+    manager's MultiKueue (its origin label), so its admission is the manager's, judged by the
+    manager's gate, and its pods run on the worker's permit (docs/multikueue-fence.md)."""
+    return bool(labels_of(trainjob).get(names.MULTIKUEUE_ORIGIN_LABEL))
 
 
 def dispatched_by_multikueue(trainjob: Obj) -> bool:

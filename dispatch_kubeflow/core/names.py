@@ -41,6 +41,9 @@ renewal extends it until the manager grants it again."""
 MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
 """A manager's TrainJob with this ``spec.managedBy`` runs in a worker cluster, through
 MultiKueue: Trainer makes nothing for it in the manager."""
+MULTIKUEUE_ORIGIN_LABEL: Final = "kueue.x-k8s.io/multikueue-origin"
+"""On every object a manager's MultiKueue made in a worker (its remote TrainJob among them);
+MultiKueue syncs and deletes only objects that carry it."""
 PREBUILT_WORKLOAD: Final = "kueue.x-k8s.io/prebuilt-workload-name"
 """On a remote TrainJob in a worker: the name of its Workload in the manager (MultiKueue
 sets it as an annotation since Kueue's WorkloadIdentifierAnnotations, Beta in v0.19)."""
