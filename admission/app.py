@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import ssl
 import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ from admission.pod_identity import WebhookServer
 from admission.readmission import Readmission
 from admission.tls_keeper import SecretKeeper
 from admission.webhook_config import ClientConfig, ConfigurationKeeper, ensure_configuration
+from admission.worker_agent import WorkerAgent, WorkerConfig
 from admission.worker_proof import Workers
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube import KubeAPI
@@ -78,6 +81,8 @@ class Config:
     workers: int = 8
     """Readmission workers: Workloads judged at once. Two queued a burst's decisions in pairs
     (issue 11: p99 3.5x the floor at N = 200 with decisions themselves ~50 ms)."""
+    worker_of: WorkerConfig | None = None
+    """In a MultiKueue worker cluster (``--worker-of``): this worker's part of the permit."""
 
     def tls_hosts(self) -> list[str]:
         """The names the serving certificate must carry."""
@@ -93,9 +98,11 @@ class Config:
 
 class Controller:
     def __init__(self, kube: KubeAPI, config: Config,
-                 workers: Mapping[str, KubeAPI] | None = None) -> None:
+                 workers: Mapping[str, KubeAPI] | None = None,
+                 manager: KubeAPI | None = None) -> None:
         """``workers``: in a MultiKueue manager, a client of each worker cluster by its
-        MultiKueueCluster's name (``--worker-kubeconfigs``); None in any other cluster."""
+        MultiKueueCluster's name (``--worker-kubeconfigs``); None in any other cluster.
+        ``manager``: in a worker (``config.worker_of``), a client of the manager cluster."""
         self.kube = kube
         self.config = config
         self.metrics = Metrics()
@@ -129,6 +136,10 @@ class Controller:
         self.holds = HoldExpiry(kube, self.elector, self.caches, self.feeds[WORKLOAD.plural],
                                 self.metrics, self.faults, events=self.events)
         self.webhook = WebhookServer(kube, self.metrics)
+        self.agent = (WorkerAgent(manager, kube, config.worker_of, config.identity)
+                      if config.worker_of is not None and manager is not None else None)
+        """In a MultiKueue worker: its permit, the fences' door, what the webhook adds."""
+        self._door_tls: ssl.SSLContext | None = None
         self.keeper: ConfigurationKeeper | None = None
         """Keeps the webhook configuration when this controller manages it."""
         self.secret: SecretKeeper | None = None
@@ -146,6 +157,15 @@ class Controller:
     def _new_ca(self, material: tls.TlsMaterial) -> None:
         if self.keeper is not None:
             self.keeper.use_ca(material.ca_bundle)
+        if self._door_tls is not None:
+            material.load_into(self._door_tls)
+        side = self.webhook.worker
+        if side is not None:
+            # New pods' fences trust the new CA. A running pod's fence keeps the CA it was
+            # given: a new CA (not the Secret made again from what the replicas serve, which
+            # keeps it) ends those pods' shares, so rotate between MultiKueue jobs.
+            self.webhook.worker = dataclasses.replace(side, placement=dataclasses.replace(
+                side.placement, ca=material.ca.decode()))
 
     def ready(self) -> tuple[bool, str]:
         if not self.webhook.serving:
@@ -186,6 +206,12 @@ class Controller:
                                     metrics=c.metrics_listen or None)
             material = await self._tls()
             serving = material.ssl_context(tls.client_ca(c.client_ca) if c.client_ca else b"")
+            if self.agent is not None:
+                # Pods, not the API server, knock at the door: no client certificate there.
+                self._door_tls = material.ssl_context()
+                self.webhook.worker = await self.agent.side(c.namespace, c.identity,
+                                                            material.ca)
+                await self.agent.start(self._door_tls)
             await self.webhook.start(c.webhook_listen, serving)
             if c.webhook_url or c.webhook_service:
                 client = ClientConfig(url=c.webhook_url, service=c.webhook_service)
@@ -196,6 +222,8 @@ class Controller:
                 self.secret = SecretKeeper(self.kube, self.elector, c.namespace, c.tls_secret,
                                            material, serving, self._new_ca)
         except BaseException:
+            if self.agent is not None:
+                await self.agent.stop()
             # kopf retries a failed startup activity: let the retry start from nothing. Kept
             # bound, the health port failed every retry with EADDRINUSE (seen in the fault
             # suite: the TLS Secret's read failed during an API server restart, and the
@@ -203,6 +231,9 @@ class Controller:
             await self.webhook.stop()
             await self.health.stop()
             raise
+        if self.agent is not None:
+            # Every replica renews its own permit, leader or not, from the start.
+            self._spawn(self.agent.renewal.run(), "permit renewal")
         self._spawn(self._warm_up(), "warm-up")
 
     async def _warm_up(self, interval: float = 0.25) -> None:
@@ -288,6 +319,8 @@ class Controller:
         self.holds.close()
         self.gate_lift.close()
         await self.readmission.aclose()
+        if self.agent is not None:
+            await self.agent.stop()
         await self.webhook.stop()
         await self.health.stop()
         log.info("stopped", extra={"identity": self.config.identity})

@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 from admission import faults, tls
 from admission.app import Config, Controller
 from admission.observability import parse_listen, setup_logging
+from admission.worker_agent import WorkerConfig
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.kube import Kube, KubeAPI
 
@@ -117,6 +118,22 @@ def parser() -> argparse.ArgumentParser:
            "kubeconfig per worker cluster, each file named as its MultiKueueCluster; the "
            "gate then proves a job's previous execution gone in every worker, and the leader "
            "times, revokes and grants the workers' permits (docs/multikueue-fence.md)")
+    a("--worker-of", default="", metavar="CLUSTER",
+      help="in a MultiKueue worker cluster: its MultiKueueCluster name in the manager; every "
+           "replica then renews the worker's permit there (--manager-kubeconfig), answers "
+           "its pods' fences (--agent-listen), and the webhook fences the pods of the jobs "
+           "MultiKueue puts here (docs/multikueue-fence.md)")
+    a("--manager-kubeconfig", default="", metavar="PATH",
+      help="with --worker-of: a kubeconfig of the manager cluster (its user may get and "
+           "update the permit Lease and get Workloads)")
+    a("--agent-listen", type=_listen, default="0.0.0.0:9444",
+      help="with --worker-of: host:port of the fences' door (default %(default)s)")
+    a("--agent-url", default="",
+      help="with --worker-of: the door's URL as pods reach it (default: the "
+           "--webhook-service's name at the --agent-listen port)")
+    a("--fence-image", default="",
+      help="with --worker-of: the fence's image (default: this replica's own, read from its "
+           "pod)")
     a("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     # Test-only crash and stall points (admission.faults); hidden from --help.
     a("--fault", action="append", default=[], choices=sorted(faults.KNOWN),
@@ -134,7 +151,20 @@ def config_from(ns: argparse.Namespace) -> Config:
         tls_cert=ns.tls_cert, tls_key=ns.tls_key, tls_ca=ns.tls_ca, tls_secret=ns.tls_secret,
         client_ca=ns.client_ca, metrics_listen=ns.metrics_listen or "",
         health_listen=ns.health_listen or "",
-        workers=ns.workers, faults=tuple(ns.fault))
+        workers=ns.workers, faults=tuple(ns.fault), worker_of=_worker_of(ns))
+
+
+def _worker_of(ns: argparse.Namespace) -> WorkerConfig | None:
+    if not ns.worker_of:
+        return None
+    url = ns.agent_url
+    if not url:
+        svc, _, _ = (ns.webhook_service or "").partition(":")
+        namespace, _, name = svc.partition("/")
+        port = parse_listen(ns.agent_listen)[1]
+        url = f"https://{name}.{namespace}.svc:{port}"
+    return WorkerConfig(cluster=ns.worker_of, agent_url=url, agent_listen=ns.agent_listen,
+                        fence_image=ns.fence_image)
 
 
 def validate(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
@@ -153,6 +183,15 @@ def validate(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
             p.error(str(exc))
     if ns.kubeconfig and not os.access(ns.kubeconfig, os.R_OK):
         p.error(f"--kubeconfig: cannot read {ns.kubeconfig}")
+    if ns.worker_of and not ns.manager_kubeconfig:
+        p.error("--worker-of needs --manager-kubeconfig (a kubeconfig of the manager cluster)")
+    if ns.manager_kubeconfig and not ns.worker_of:
+        p.error("--manager-kubeconfig goes with --worker-of")
+    if ns.worker_of and ns.worker_kubeconfigs:
+        p.error("--worker-of (a worker) and --worker-kubeconfigs (a manager) are alternatives")
+    if ns.worker_of and not (ns.agent_url or ns.webhook_service):
+        p.error("--worker-of needs --agent-url (how pods reach the fences' door) or "
+                "--webhook-service to derive it from")
     if ns.worker_kubeconfigs:
         try:
             worker_kubeconfigs(ns.worker_kubeconfigs)
@@ -205,7 +244,15 @@ async def _main(ns: argparse.Namespace) -> int:
                 except errors.SettingsError as exc:
                     print(f"dispatch-admission: worker {name}: {exc}", file=sys.stderr)
                     return 2
-        controller = Controller(kube, config_from(ns), workers)
+        manager: KubeAPI | None = None
+        if ns.worker_of:
+            try:
+                manager = await stack.enter_async_context(
+                    await Kube.connect(kubeconfig=ns.manager_kubeconfig))
+            except errors.SettingsError as exc:
+                print(f"dispatch-admission: the manager: {exc}", file=sys.stderr)
+                return 2
+        controller = Controller(kube, config_from(ns), workers, manager)
         login = operator.Login(kubeconfig=ns.kubeconfig, context=ns.context,
                                in_cluster=in_cluster)
         try:

@@ -22,6 +22,8 @@ The pod is then read live: its TrainJob and its A are those the worker's webhook
 
 from __future__ import annotations
 
+import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from admission.fence import AUDIENCE
+from admission.observability import parse_listen
 from admission.permit_renewal import PermitRenewal
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.execution import execution_of
@@ -36,6 +39,8 @@ from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.core.permit import refusal
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, TOKEN_REVIEW, TRAINJOB, WORKLOAD
+
+log = logging.getLogger(__name__)
 
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
@@ -177,3 +182,28 @@ def routes(answers: PermitAnswers) -> list[web.RouteDef]:
                                      status=503)
         return web.json_response({"seconds": got.seconds, "reason": got.reason})
     return [web.post("/fence", fence)]
+
+
+class Door:
+    """The agent's server for the fences: ``POST /fence`` (:func:`routes`) over TLS."""
+
+    def __init__(self, answers: PermitAnswers) -> None:
+        self.answers = answers
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, listen: str, serving: ssl.SSLContext) -> None:
+        app = web.Application(client_max_size=64 * 1024)
+        app.add_routes(routes(self.answers))
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        host, port = parse_listen(listen)
+        # reuse_port: replicas on one host (the local cluster) share the address.
+        await web.TCPSite(self._runner, host, port, ssl_context=serving,
+                          reuse_port=True).start()
+        log.info("worker %s: the fences' door on https://%s:%d/fence", self.answers.cluster,
+                 host, port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
