@@ -266,3 +266,26 @@ def test_the_manager_component_mounts_the_workers_where_its_flag_reads_them() ->
     assert (rule["resources"], set(rule["verbs"])) == (["leases"], {"get", "list", "update"})
     assert role["metadata"]["namespace"] == names.CONTROLLER_NAMESPACE
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_the_worker_component_gives_its_flags_what_they_read() -> None:
+    """deploy/admission/multikueue-worker: --worker-of from the variable it defines,
+    --manager-kubeconfig inside the Secret's mount, the door's port named and served."""
+    root = Path(__file__).parents[2] / "deploy" / "admission" / "multikueue-worker"
+    component = yaml.safe_load((root / "kustomization.yaml").read_text())
+    deployment, service = component["patches"]
+    ops = yaml.safe_load(deployment["patch"])
+    args = [op["value"] for op in ops if op["path"].endswith("/args/-")]
+    [env] = [op["value"] for op in ops if op["path"].endswith("/env/-")]
+    [mount] = [op["value"] for op in ops if op["path"].endswith("/volumeMounts/-")]
+    [port] = [op["value"] for op in ops if op["path"].endswith("/ports/-")]
+    ns = cli.parser().parse_args([*args, "--webhook-service", "dispatch-system/x:443"])
+    assert ns.worker_of == f"$({env['name']})"
+    assert ns.manager_kubeconfig.startswith(mount["mountPath"] + "/")
+    assert parse_listen(ns.agent_listen)[1] == port["containerPort"]
+    [svc_port] = [op["value"] for op in yaml.safe_load(service["patch"])]
+    assert svc_port["targetPort"] == port["name"]
+    assert cli.config_from(ns).worker_of is not None
+    role, _binding = yaml.safe_load_all((root / "tokenreview-rbac.yaml").read_text())
+    assert role["rules"] == [{"apiGroups": ["authentication.k8s.io"],
+                              "resources": ["tokenreviews"], "verbs": ["create"]}]
