@@ -131,6 +131,10 @@ def parser() -> argparse.ArgumentParser:
     a("--agent-url", default="",
       help="with --worker-of: the door's URL as pods reach it (default: the "
            "--webhook-service's name at the --agent-listen port)")
+    a("--agent-server-name", default="",
+      help="with --worker-of: the name the fences check the door's certificate against, "
+           "when --agent-url names an address (a cluster without DNS: the Service's "
+           "ClusterIP); default: the URL's host")
     a("--fence-image", default="",
       help="with --worker-of: the fence's image (default: this replica's own, read from its "
            "pod)")
@@ -164,7 +168,7 @@ def _worker_of(ns: argparse.Namespace) -> WorkerConfig | None:
         port = parse_listen(ns.agent_listen)[1]
         url = f"https://{name}.{namespace}.svc:{port}"
     return WorkerConfig(cluster=ns.worker_of, agent_url=url, agent_listen=ns.agent_listen,
-                        fence_image=ns.fence_image)
+                        agent_server_name=ns.agent_server_name, fence_image=ns.fence_image)
 
 
 def validate(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:

@@ -139,6 +139,9 @@ class Placement:
     """The permit's length: the fence asks every length / 3."""
     ca: str
     """The PEM of the CA that signed the agent's serving certificate (the controller's)."""
+    server_name: str = ""
+    """The name the agent's certificate is checked against when the URL names an address
+    (a cluster without DNS reaches the Service by its ClusterIP); "": the URL's host."""
 
 
 def sidecar_patch(pod: dict[str, Any], place: Placement) -> list[dict[str, Any]]:
@@ -157,6 +160,8 @@ def sidecar_patch(pod: dict[str, Any], place: Placement) -> list[dict[str, Any]]
             {"name": "DISPATCH_FENCE_AGENT", "value": place.agent},
             {"name": "DISPATCH_FENCE_LENGTH", "value": f"{place.length:g}"},
             {"name": "DISPATCH_FENCE_CA", "value": place.ca},
+            *([{"name": "DISPATCH_FENCE_SERVER_NAME", "value": place.server_name}]
+              if place.server_name else []),
         ],
         "startupProbe": {
             "exec": {"command": ["python", "-c",
@@ -227,7 +232,7 @@ def _proc_pids() -> list[int]:
 
 # --- the program ---------------------------------------------------------------------------
 
-async def _ask_agent(agent: str, ca: str, timeout: float) -> float:
+async def _ask_agent(agent: str, ca: str, timeout: float, server_name: str = "") -> float:
     """One question over HTTPS, with the pod's own token for the fence's audience (read at
     each question: the kubelet rotates it). Unreachable or refused: OSError."""
     token = (await asyncio.to_thread(Path(TOKEN_DIR, "token").read_text)).strip()
@@ -235,7 +240,7 @@ async def _ask_agent(agent: str, ca: str, timeout: float) -> float:
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s, \
                 s.post(f"{agent}/fence", headers={"Authorization": f"Bearer {token}"},
-                       ssl=context) as resp:
+                       ssl=context, server_hostname=server_name or None) as resp:
             if resp.status != 200:
                 raise OSError(f"the agent answered {resp.status}: {await resp.text()}")
             body = await resp.json()
@@ -266,11 +271,13 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     agent, ca = os.environ["DISPATCH_FENCE_AGENT"], os.environ["DISPATCH_FENCE_CA"]
     length = float(os.environ["DISPATCH_FENCE_LENGTH"])
+    server_name = os.environ.get("DISPATCH_FENCE_SERVER_NAME", "")
     # A fence that (re)starts while other processes of the pod run does not know their
     # share: they stop before anything else. In a new pod there are none yet (the fence is
     # the first container, and the others wait for its startup probe).
     stop_processes()
-    fence = Fence(lambda: _ask_agent(agent, ca, length / 3), _stop, length=length)
+    fence = Fence(lambda: _ask_agent(agent, ca, length / 3, server_name), _stop,
+                  length=length)
     try:
         asyncio.run(_serve(fence))
     finally:

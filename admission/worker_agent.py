@@ -35,6 +35,9 @@ class WorkerConfig:
     """How this worker's pods reach the agent's door (its Service), e.g.
     ``https://dispatch-admission.dispatch-system.svc:9444``."""
     agent_listen: str = "0.0.0.0:9444"
+    agent_server_name: str = ""
+    """The name the door's certificate is checked against, when ``agent_url`` names an
+    address (a cluster without DNS); "": the URL's host."""
     fence_image: str = ""
     """The fence's image: one holding this package ("" : this replica's own image, read
     from its pod)."""
@@ -62,7 +65,8 @@ class WorkerAgent:
         image = self.config.fence_image or await own_image(self.worker, namespace, identity)
         return WorkerSide(self.config.cluster, self.holds_permit,
                           Placement(image=image, agent=self.config.agent_url,
-                                    length=self.config.length, ca=ca.decode()))
+                                    length=self.config.length, ca=ca.decode(),
+                                    server_name=self.config.agent_server_name))
 
     async def start(self, serving: ssl.SSLContext) -> None:
         """Open the door for the fences (TLS with the webhook's certificate)."""

@@ -5,6 +5,8 @@ the workload starts only after a positive answer."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import signal
 import time
 from pathlib import Path
@@ -250,3 +252,35 @@ async def test_a_question_shows_the_pods_token_and_reads_the_seconds(
         await runner.cleanup()
     with pytest.raises(OSError, match="cannot reach the agent"):
         await fence_module._ask_agent(url, ca, 5)
+
+
+async def test_a_door_reached_by_address_is_checked_against_its_services_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster without DNS: the fence dials the Service's address, and checks the door's
+    certificate (which names the Service, not the address) against the name it is given."""
+    (tmp_path / "token").write_text("tok\n")
+    monkeypatch.setattr(fence_module, "TOKEN_DIR", str(tmp_path))
+    material = generate(["dispatch-admission.dispatch-system.svc"])
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"seconds": 7.0})
+    app = web.Application()
+    app.router.add_post("/fence", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=material.ssl_context()).start()
+    url = f"https://127.0.0.1:{runner.addresses[0][1]}"
+    ca = material.ca.decode()
+    try:
+        with pytest.raises(OSError, match="cannot reach the agent"):
+            await fence_module._ask_agent(url, ca, 5)  # the address is not in the certificate
+        assert await fence_module._ask_agent(
+            url, ca, 5, "dispatch-admission.dispatch-system.svc") == 7.0
+    finally:
+        await runner.cleanup()
+    place = dataclasses.replace(PLACE, server_name="dispatch-admission.dispatch-system.svc")
+    [init] = [op for op in sidecar_patch({"spec": {}}, place)
+              if op["path"] == "/spec/initContainers"]
+    env = {e["name"]: e["value"] for e in init["value"][0]["env"]}
+    assert env["DISPATCH_FENCE_SERVER_NAME"] == "dispatch-admission.dispatch-system.svc"
+    assert "DISPATCH_FENCE_SERVER_NAME" not in json.dumps(sidecar_patch({"spec": {}}, PLACE))
