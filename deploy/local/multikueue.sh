@@ -121,11 +121,13 @@ host_ip() { echo "$(subnet "$1").0.1"; }                       # I -> its API se
 api_port() { echo "$((BASE[APISERVER_PORT] + MK_PORT_OFFSET + 100 * $1))"; }
 to_listen() { echo "127.0.0.1:$(($(api_port "$1") + FORWARD_OFFSET))"; }   # manager -> worker I
 from_listen() { echo "$(host_ip "$1"):$(($(api_port 0) + FORWARD_OFFSET))"; }  # worker I -> manager
+pods_to_listen() { echo "$(host_ip 0):$(($(api_port "$1") + FORWARD_OFFSET))"; }  # manager's pods -> worker I
 kubeconfig_out() { echo "$MK_KUBECONFIG_DIR/${CLUSTERS[$1]}.kubeconfig"; }
 to_manager_kubeconfig() { echo "$MK_KUBECONFIG_DIR/${CLUSTERS[$1]}-to-manager.kubeconfig"; }
 admin_kubeconfig() { echo "$STATE_ROOT/${CLUSTERS[$1]}/admin.kubeconfig"; }
 fwd_to() { echo "forward-to-${CLUSTERS[$1]}"; }               # the forwarders' pid file names
 fwd_from() { echo "forward-from-${CLUSTERS[$1]}"; }
+fwd_pods_to() { echo "forward-pods-to-${CLUSTERS[$1]}"; }
 
 worker_index() { # WORKER (worker1, 1 or PREFIX-worker1) -> 1 or 2
   case $1 in
@@ -238,6 +240,11 @@ drop_rules() { # I: what a cut of worker I drops, a packet kind a line: HOOK ADD
   # the forwarder's replies on their way out.
   echo "input ${from%:*} dport ${from##*:}"
   echo "output ${from%:*} sport ${from##*:}"
+  # The manager's pods (dispatch-admission proving a worker empty) over its bridge.
+  local pods
+  pods=$(pods_to_listen "$1")
+  echo "input ${pods%:*} dport ${pods##*:}"
+  echo "output ${pods%:*} sport ${pods##*:}"
 }
 
 sync_nft() { # the table holds the drops of the workers cut with nft, and is gone when none is
@@ -311,10 +318,14 @@ sync_refuse() { # the forwarders of workers cut with MK_CUT_MODE=forwarder refus
   for i in 1 2; do
     f=$MKDIR/refuse-${CLUSTERS[$i]} refuse=0
     if [ "$(cut_of "$i")" = forwarder ]; then touch "$f"; refuse=1; else rm -f "$f"; fi
-    for name in "$(fwd_to "$i")" "$(fwd_from "$i")"; do
+    for name in "$(fwd_to "$i")" "$(fwd_from "$i")" "$(fwd_pods_to "$i")"; do
       pid=$(forwarder_pid "$name") || continue
       kill -USR1 "$pid"   # look at the file again
-      if [ "$name" = "$(fwd_to "$i")" ]; then listen=$(to_listen "$i"); else listen=$(from_listen "$i"); fi
+      case $name in
+        "$(fwd_to "$i")") listen=$(to_listen "$i") ;;
+        "$(fwd_from "$i")") listen=$(from_listen "$i") ;;
+        *) listen=$(pods_to_listen "$i") ;;
+      esac
       # Cut and heal return with it in effect.
       deadline=$((SECONDS + 10))
       while { [ $refuse = 1 ] && listening "$listen"; } || { [ $refuse = 0 ] && ! listening "$listen"; }; do
@@ -452,6 +463,89 @@ EOF
   mv "$out.tmp" "$out"
 }
 
+admin_kubeconfig_via() { # I SERVER: cluster I's admin, at SERVER (a forwarder), its
+  # certificate checked by a name it carries (it names its own address, not SERVER's)
+  local k ca crt key
+  k=$(admin_kubeconfig "$1")
+  ca=$(kc "$k" config view --raw --minify -o 'jsonpath={.clusters[0].cluster.certificate-authority-data}')
+  crt=$(kc "$k" config view --raw --minify -o 'jsonpath={.users[0].user.client-certificate-data}')
+  key=$(kc "$k" config view --raw --minify -o 'jsonpath={.users[0].user.client-key-data}')
+  cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: ${CLUSTERS[$1]}
+  cluster: {server: "$2", tls-server-name: kubernetes, certificate-authority-data: "$ca"}
+users:
+- name: admin
+  user: {client-certificate-data: "$crt", client-key-data: "$key"}
+contexts:
+- name: ${CLUSTERS[$1]}
+  context: {cluster: ${CLUSTERS[$1]}, user: admin}
+current-context: ${CLUSTERS[$1]}
+EOF
+}
+
+apply_mode() { # I COMPONENT [PATCH...]: cluster I's controller as up.sh deployed it, with the
+  # component of deploy/admission and the JSON patch ops given (YAML, one a line) for its
+  # Deployment; then wait for the roll-out
+  local i=$1 component=$2 k o repo op
+  shift 2
+  k=$(admin_kubeconfig "$i") o=$STATE_ROOT/${CLUSTERS[$i]}/admission-multikueue
+  repo=$(cd "$here/../.." && pwd)
+  mkdir -p "$o"
+  {
+    echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+    echo "kind: Kustomization"
+    echo "resources: [../admission]"
+    echo "components: [$(python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$repo/deploy/admission/$component" "$o")]"
+    if [ $# -gt 0 ]; then
+      echo "patches:"
+      echo "  - target: {kind: Deployment, name: dispatch-admission}"
+      echo "    patch: |"
+      for op in "$@"; do echo "      $op"; done
+    fi
+  } > "$o/kustomization.yaml"
+  kc "$k" apply --server-side --force-conflicts -k "$o" >>"$STATE_ROOT/${CLUSTERS[$i]}/logs/install.log" 2>&1 \
+    || die "${CLUSTERS[$i]}: kubectl apply -k $o failed: $STATE_ROOT/${CLUSTERS[$i]}/logs/install.log"
+  KC_TIMEOUT=0 kc "$k" -n dispatch-system rollout status deployment/dispatch-admission --timeout 180s \
+      >>"$STATE_ROOT/${CLUSTERS[$i]}/logs/install.log" 2>&1 \
+    || die "${CLUSTERS[$i]}: dispatch-admission ($component) did not roll out: $STATE_ROOT/${CLUSTERS[$i]}/logs/install.log"
+}
+
+dispatch_modes() { # dispatch-admission in its MultiKueue modes (docs/multikueue-fence.md): the
+  # manager's proves workers empty through its pods' forwarders and times the permits; each
+  # worker's renews its permit and fences MultiKueue's pods
+  local i mk wk w ip secret
+  mk=$(admin_kubeconfig 0)
+  secret=(-n dispatch-system create secret generic dispatch-admission-workers)
+  for i in 1 2; do
+    w=${CLUSTERS[$i]}
+    (umask 077 && admin_kubeconfig_via "$i" "https://$(pods_to_listen "$i")" > "$MKDIR/dispatch-$w.kubeconfig")
+    secret+=("--from-file=$w=$MKDIR/dispatch-$w.kubeconfig")
+    # The permit exists from the start; the worker's agent renews it.
+    printf 'apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: dispatch-worker-%s, namespace: dispatch-system}\n' "$w" \
+      | apply_yaml "$mk" "$MANAGER: Lease dispatch-system/dispatch-worker-$w"
+  done
+  kc "$mk" "${secret[@]}" --dry-run=client -o yaml \
+    | apply_yaml "$mk" "$MANAGER: Secret dispatch-system/dispatch-admission-workers"
+  apply_mode 0 multikueue-manager
+  for i in 1 2; do
+    w=${CLUSTERS[$i]} wk=$(admin_kubeconfig "$i")
+    kc "$wk" -n dispatch-system create configmap dispatch-admission-worker --from-literal=cluster="$w" \
+        --dry-run=client -o yaml | apply_yaml "$wk" "$w: ConfigMap dispatch-system/dispatch-admission-worker"
+    kc "$wk" -n dispatch-system create secret generic dispatch-admission-manager \
+        --from-file=kubeconfig="$(to_manager_kubeconfig "$i")" --dry-run=client -o yaml \
+      | apply_yaml "$wk" "$w: Secret dispatch-system/dispatch-admission-manager"
+    # No cluster DNS here: the fences dial the Service's address and check its name.
+    ip=$(kc "$wk" -n dispatch-system get service dispatch-admission -o 'jsonpath={.spec.clusterIP}')
+    [ -n "$ip" ] || die "$w: Service dispatch-system/dispatch-admission has no ClusterIP"
+    apply_mode "$i" multikueue-worker \
+      "- {op: add, path: /spec/template/spec/containers/0/args/-, value: --agent-url=https://$ip:9444}" \
+      "- {op: add, path: /spec/template/spec/containers/0/args/-, value: --agent-server-name=dispatch-admission.dispatch-system.svc}"
+  done
+}
+
 wait_active() { # KIND NAME: until its Active condition is True, or MK_WAIT seconds
   local kind=$1 name=$2 mk status deadline=$((SECONDS + MK_WAIT))
   mk=$(admin_kubeconfig 0)
@@ -482,12 +576,15 @@ configure() {
       "$MKDIR/refuse-${CLUSTERS[$i]}"
     start_forwarder "$(fwd_from "$i")" "$(from_listen "$i")" "$(host_ip 0):$(api_port 0)" \
       "$MKDIR/refuse-${CLUSTERS[$i]}"
+    start_forwarder "$(fwd_pods_to "$i")" "$(pods_to_listen "$i")" "$(host_ip "$i"):$(api_port "$i")" \
+      "$MKDIR/refuse-${CLUSTERS[$i]}"
   done
   sync_cuts   # a worker cut before stays cut
   for i in 1 2; do
     join_worker "$i"
     write_to_manager_kubeconfig "$i"
   done
+  dispatch_modes
   apply_yaml "$mk" "$MANAGER: MultiKueueConfig and AdmissionCheck $MK_OBJECT" <<EOF
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: MultiKueueConfig
@@ -542,6 +639,7 @@ cmd_down() {
   for i in 1 2; do
     stop_forwarder "$(fwd_to "$i")"
     stop_forwarder "$(fwd_from "$i")"
+    stop_forwarder "$(fwd_pods_to "$i")"
   done
   rm -rf "$MKDIR/cut"
   sync_nft
@@ -595,7 +693,7 @@ cmd_status() {
   for i in 1 2; do
     local link=connected fwd=()
     if [ -n "$(cut_of "$i")" ]; then link="cut ($(cut_of "$i"))"; fi
-    for name in "$(fwd_to "$i")" "$(fwd_from "$i")"; do
+    for name in "$(fwd_to "$i")" "$(fwd_from "$i")" "$(fwd_pods_to "$i")"; do
       if pid=$(forwarder_pid "$name"); then fwd+=("$name running (pid $pid)"); else fwd+=("$name STOPPED"); fi
     done
     cond=unknown

@@ -2,16 +2,21 @@
 
 ``make test`` runs this, last (about 4.5 minutes warm, 5 GB while the three are up), as
 does ``make mk-test`` with every MultiKueue test. One test, in order: up (or the clusters
-as they are); both workers joined, MultiKueue's check Active; up again changes no token; a
-cut of worker1 makes it unreachable from the manager and the manager from it, while its
-own API server and worker2 still answer, and the manager's Kueue marks it inactive; the
-heal makes it Active again; a forwarder-mode cut refuses at once. The clusters are taken
+as they are); both workers joined, MultiKueue's check Active; up again changes no token;
+each worker's dispatch-admission renews its permit in the manager; a cut of worker1 makes
+it unreachable from the manager and the manager from it, while its own API server and
+worker2 still answer, the manager's Kueue marks it inactive and the manager's
+dispatch-admission revokes its permit (worker2's renewed all along); the heal makes it
+Active again and its permit is granted again and renewed; a forwarder-mode cut refuses at
+once. The clusters are taken
 down at the end unless they were up before, and then nothing of them may be left on the
 machine.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import subprocess
 import time
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatch_kubeflow.core import names
 from tests.cluster.admission_fixture import kubectl_binary
 from tests.conftest import REPO
 
@@ -49,6 +55,26 @@ def active(name: str) -> str:
     return out.stdout.strip()
 
 
+def permit(worker: str) -> dict[str, str]:
+    """The permit Lease of ``worker`` in the manager: who renewed it last, and whether the
+    manager's dispatch-admission revoked it."""
+    out = kubectl("/tmp/mk-manager.kubeconfig", "-n", "dispatch-system", "get", "lease",
+                  f"dispatch-worker-{worker}", "-o", "json")
+    if out.returncode != 0:
+        return {}
+    lease = json.loads(out.stdout)
+    return {"holder": (lease.get("spec") or {}).get("holderIdentity") or "",
+            "version": lease["metadata"]["resourceVersion"],
+            "revoked": str(names.PERMIT_REVOKED in (lease["metadata"].get("annotations")
+                                                    or {}))}
+
+
+def renewed(worker: str) -> bool:
+    """Whether ``worker``'s permit stands, renewed by one of its replicas."""
+    got = permit(worker)
+    return got.get("revoked") == "False" and got["holder"].startswith("dispatch-admission-")
+
+
 def until(what: str, check: Callable[[], bool], seconds: float) -> float:
     """Seconds until ``check()`` is true; fails after ``seconds``."""
     began = time.monotonic()
@@ -64,6 +90,10 @@ def test_three_clusters_join_cut_and_heal() -> None:
         mk("up")
         assert active("mk-worker1") == active("mk-worker2") == "True"
         assert "new token" not in mk("up"), "a second up must keep the workers' tokens"
+        # dispatch-admission in its MultiKueue modes: each worker's replicas renew its
+        # permit in the manager.
+        for w in ("mk-worker1", "mk-worker2"):
+            until(f"{w}'s permit renewed", functools.partial(renewed, w), 120)
 
         mk("cut", "worker1")
         to_manager = kubectl("/tmp/mk-worker1-to-manager.kubeconfig", "get", "--raw",
@@ -75,9 +105,23 @@ def test_three_clusters_join_cut_and_heal() -> None:
                        "/readyz").returncode == 0, "worker2 was cut too"
         noticed = until("mk-worker1 inactive", lambda: active("mk-worker1") == "False", 240)
         print(f"\nKueue marked mk-worker1 inactive {noticed:.0f} s after the cut")
+        # Silent for the manager's wait (62 s for a 60 s permit): revoked; worker2's, renewed
+        # all along, is not.
+        revoked = until("mk-worker1's permit revoked",
+                        lambda: permit("mk-worker1")["revoked"] == "True", 180)
+        print(f"dispatch-admission revoked mk-worker1's permit {noticed + revoked:.0f} s "
+              "after the cut")
+        before = permit("mk-worker2")
+        assert before["revoked"] == "False"
+        until("mk-worker2's permit renewed again",
+              lambda: permit("mk-worker2")["version"] != before["version"], 60)
 
         mk("heal", "worker1")
         until("mk-worker1 Active again", lambda: active("mk-worker1") == "True", 120)
+        # No dispatch pod there: granted again, and its replicas renew it again.
+        granted = until("mk-worker1's permit granted and renewed",
+                        lambda: renewed("mk-worker1"), 120)
+        print(f"mk-worker1's permit granted again and renewed {granted:.0f} s after the heal")
         mk("cut", "worker2", env={"MK_CUT_MODE": "forwarder"})
         refused = subprocess.run(["curl", "-sk", "-m", "5", "https://127.0.0.1:17193/readyz"],
                                  capture_output=True, text=True, timeout=30)
