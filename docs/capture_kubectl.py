@@ -58,7 +58,7 @@ kubectl dispatch --help
 ```
 
 Installed without the extra, the command says so on one line and exits 2:
-`kubectl-dispatch: needs the 'cli' extra (click, yaml not installed): pip install
+`kubectl-dispatch: needs the 'cli' extra (click not installed): pip install
 'dispatch-kubeflow[cli]'`. `dispatch-admission` does the same for the `admission` extra.
 
 ## Tell it where to work
