@@ -50,6 +50,12 @@ def no_jobset_message(trainjob: str) -> str:
     return f"waiting for Trainer to make JobSet {trainjob}, which the approval names"
 
 
+REMOTE_HERE = ("this TrainJob was put here by a manager's MultiKueue: its admission and its A "
+               "are the manager's, approved by the manager's dispatch-admission, so this "
+               "cluster's never approves it; a worker's ClusterQueue for MultiKueue must not "
+               "list dispatch's check (docs/multikueue-fence.md)")
+
+
 def check_entry(wl: Obj, check_names: frozenset[str]) -> Obj | None:
     for c in (wl.get("status") or {}).get("admissionChecks") or []:
         if c.get("name") in check_names:

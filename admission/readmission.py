@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 
 from admission.decision import (
     READY,
+    REMOTE_HERE,
     Decision,
     check_apply,
     check_entry,
@@ -70,7 +71,11 @@ from dispatch_kubeflow.core.execution import (
     plan_rebind,
     raise_step,
 )
-from dispatch_kubeflow.core.kueue import dispatched_by_multikueue, trainjob_of
+from dispatch_kubeflow.core.kueue import (
+    dispatched_by_multikueue,
+    multikueue_remote,
+    trainjob_of,
+)
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import JOBSET, POD, WORKLOAD
 
@@ -286,6 +291,10 @@ class Readmission:
             return
         if hold.instance(tj):
             return  # held since the index showed it: its TrainJob event judges it again
+        if multikueue_remote(tj):
+            # Raising A here would give its pods an identity the manager never approved.
+            await self._say(key, wl, check, tj_name, REMOTE_HERE)
+            return
         token = admission_token(wl)
         across = dispatched_by_multikueue(tj)
         plan: AdmissionPlan | None
@@ -317,11 +326,7 @@ class Readmission:
         if d.kind != "approve":
             return
         if plan is None:
-            msg = no_jobset_message(tj_name)
-            said = (check_entry(wl, frozenset({check})) or {}).get("message")
-            await self.writes.write_wait(key, wl, Decision("wait", msg, check=check,
-                                                     trainjob=tj_name, message=msg,
-                                                     write=said != msg))
+            await self._say(key, wl, check, tj_name, no_jobset_message(tj_name))
             return
         if not plan.ok:
             self._skip(key, f"TrainJob {tj_name}: {plan.reason}")
@@ -385,6 +390,13 @@ class Readmission:
             if raised or ready:
                 self.writes.later("AdmissionCountRaised", self._record_admission(
                     tj, plan.count, token, d.check if ready else None))
+
+    async def _say(self, key: Key, wl: Obj, check: str, tj_name: str, msg: str) -> None:
+        """Keep the check Pending with ``msg`` (written only when it says something else)."""
+        said = (check_entry(wl, frozenset({check})) or {}).get("message")
+        await self.writes.write_wait(key, wl, Decision("wait", msg, check=check,
+                                                       trainjob=tj_name, message=msg,
+                                                       write=said != msg))
 
     async def _left(self, ns: str, tj_name: str, across: bool) -> Left:
         """What is left of the job's previous executions, read live: its alive pods here;

@@ -111,3 +111,18 @@ async def test_a_single_cluster_job_still_waits_for_its_jobset(seed: int) -> Non
     await w.act()
     assert w.check()["state"] == PENDING
     assert "waiting for Trainer to make JobSet" in w.check()["message"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_a_remote_in_a_worker_is_never_approved_there(seed: int) -> None:
+    """A worker's ClusterQueue that lists dispatch's check would ask the worker's controller
+    about a MultiKueue remote, whose A is the manager's: raising it here would give its pods
+    an identity the manager never approved. It stays Pending, saying how to fix it."""
+    w = await world(seed)
+    tj = w.k.objects[(TRAINJOB.plural, NS, TJ)]
+    tj["metadata"].setdefault("labels", {})[names.MULTIKUEUE_ORIGIN_LABEL] = "multikueue"
+    await w.act()
+    check = w.check()
+    assert check["state"] == PENDING
+    assert "MultiKueue" in check["message"]
+    assert names.ADMISSION_COUNT not in w.annotations()
