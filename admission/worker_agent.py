@@ -80,12 +80,15 @@ async def own_image(kube: KubeAPI, namespace: str, pod_name: str) -> str:
     """This replica's image, read from its own pod: the fence runs the same package, so it
     is always the version of the webhook that put it in. A SettingsError when the pod cannot
     be read (a replica outside the cluster must be given ``--fence-image``)."""
+    # A list by name, not a get: the controller's RBAC lists pods (its watch, the live
+    # count) and has no reason to get them.
     try:
-        pod = await kube.get_or_none(POD, pod_name, namespace)
+        pods, _ = await kube.list(POD, namespace, field_selector=f"metadata.name={pod_name}")
     except errors.KubeError as exc:
         raise errors.SettingsError(f"--fence-image: cannot read this replica's pod "
                                    f"{namespace}/{pod_name}: {exc}",
                                    field="--fence-image") from exc
+    pod = pods[0] if pods else None
     containers = ((pod or {}).get("spec") or {}).get("containers") or []
     if not containers or not containers[0].get("image"):
         raise errors.SettingsError(
