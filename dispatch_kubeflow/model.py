@@ -567,12 +567,16 @@ class StopReport:
 
     ``stopped``: deleted, and it and every pod beneath it are gone. ``alive``: still there
     when ``timeouts.stopJob`` passed. ``unproven``: deleted (or asked to be), but whether
-    it is gone could not be checked (for example the API server refused the read).
+    it is gone could not be checked (for example the API server refused the read). A
+    reference with no ``name`` in ``unproven`` stands for a whole kind that could not be
+    read to the end: whatever of the job is of that kind was never seen, so it is neither
+    deleted nor proven gone.
 
     Attributes:
         stopped: Deleted, and gone with every pod beneath it.
         alive: Still there when ``timeouts.stopJob`` passed.
-        unproven: Deleted (or asked to be), but not proven gone.
+        unproven: Deleted (or asked to be), but not proven gone; a nameless reference: a
+            kind that could not be read.
     """
 
     stopped: tuple[ObjectRef, ...] = ()

@@ -138,7 +138,8 @@ def report_lines(report: StopReport) -> list[str]:
     out = []
     for word, refs in (("stopped", report.stopped), ("alive", report.alive),
                        ("unproven", report.unproven)):
-        out += [f"{word:<9}{r.kind}/{r.name}" for r in refs]
+        # A nameless reference is a kind StopJob could not read: none of it was seen.
+        out += [f"{word:<9}{r.kind}/{r.name or '* (not read)'}" for r in refs]
     return out
 
 

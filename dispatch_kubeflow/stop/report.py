@@ -5,6 +5,7 @@ from __future__ import annotations
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.find import Found
+from dispatch_kubeflow.kube import Resource
 from dispatch_kubeflow.kube.resources import POD, TRAINING_RUNTIME
 from dispatch_kubeflow.model import ObjectRef, StopReport
 from dispatch_kubeflow.stop.views import Views
@@ -13,7 +14,9 @@ from dispatch_kubeflow.stop.views import Views
 def report(views: Views) -> StopReport:
     """Everything the stop saw (whoever removed it): alive if a view still holds it or pods
     run beneath it, unproven if its kind (or the pods') could not be read to the end,
-    stopped otherwise."""
+    stopped otherwise. A kind not read to the end adds a nameless reference to unproven:
+    what of the job is of that kind but was never seen (an API server that answered no
+    list would otherwise give an empty report, called complete)."""
     present = {uid for k in views.kinds.values() for uid in k.live}
     pods_left = list(views.kinds[POD].live.values()) if POD in views.kinds else []
     unreadable = {k.res for k in views.kinds.values() if not k.current}
@@ -27,6 +30,7 @@ def report(views: Views) -> StopReport:
             unproven.append(f.ref)
         else:
             stopped.append(f.ref)
+    unproven += (_unread(views.namespace, res) for res in views.kinds if res in unreadable)
     return StopReport(tuple(sorted(stopped, key=_key)), tuple(sorted(alive, key=_key)),
                       tuple(sorted(unproven, key=_key)))
 
@@ -42,6 +46,11 @@ def _has_pods_beneath(f: Found, pods: list[Found]) -> bool:
                 sub and pl.get(names.SUBMISSION_LABEL) == sub):
             return True
     return False
+
+
+def _unread(namespace: str, res: Resource) -> ObjectRef:
+    return ObjectRef(namespace=namespace, name="", kind=res.kind,
+                     api_version=res.api_version)
 
 
 def _key(ref: ObjectRef) -> tuple[str, str]:

@@ -272,7 +272,15 @@ class Views:
             # lags by more than that, and then the next StopJob finds it.
             assert self.sharing.view is not None
             try:
-                self._learn_owners(await self.sharing.view.whole(scan))
+                # Bounded: an informer whose lists fail retries them without end, and its
+                # first sync would hold the stop past its deadline.
+                async with asyncio.timeout(self.pass_wait):
+                    self._learn_owners(await self.sharing.view.whole(scan))
+            except TimeoutError:
+                self.sharing.broken.add(scan)  # the next pass lists instead
+                raise errors.KubeUnreachable(
+                    f"the Workloads of {self.namespace} were not listed within "
+                    f"{self.pass_wait:g}s") from None
             except errors.KubeError:
                 # The informer's watch ended by an error: the next pass lists instead.
                 self.sharing.broken.add(scan)

@@ -87,8 +87,10 @@ def test_job_data_and_identity() -> None:
 def test_report_lines() -> None:
     ref = dk.ObjectRef("tutorial", "dj-x-s1")
     pod = dk.ObjectRef("tutorial", "dj-x-s1-node-0-0-abcde", kind="Pod")
-    assert render.report_lines(dk.StopReport((ref,), (pod,))) == [
-        "stopped  TrainJob/dj-x-s1", "alive    Pod/dj-x-s1-node-0-0-abcde"]
+    unread = dk.ObjectRef("tutorial", "", kind="JobSet")
+    assert render.report_lines(dk.StopReport((ref,), (pod,), (unread,))) == [
+        "stopped  TrainJob/dj-x-s1", "alive    Pod/dj-x-s1-node-0-0-abcde",
+        "unproven JobSet/* (not read)"]
 
 
 @pytest.mark.parametrize(("argv", "rc", "needle"), [

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.find import KINDS
 from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.kube import Resource
@@ -187,3 +187,24 @@ async def test_a_prompt_job_costs_near_the_bare_minimum(
     # In time too: both wait for the same collector, StopJob kind after kind. (A
     # generous absolute margin: the machine's noise, not a ratio to assert.)
     assert took <= 1.3 * bare_took + 0.1
+
+
+@FOLLOW
+async def test_kinds_it_could_never_read_leave_the_stop_incomplete(follow: bool) -> None:
+    """An API server that never answers a list: nothing was seen, so nothing is proven
+    gone. The old report held only what was seen, and called such a stop complete."""
+    k = FakeKube(1)
+    await a_job(k)
+
+    def no_lists(verb: str, res: object, name: str) -> None:
+        if verb == "list":
+            raise errors.KubeNoAnswer("no answer")
+
+    k.before = no_lists
+    report = await stop(k, follow, limit=1)
+    assert not report.complete
+    assert report.stopped == report.alive == ()
+    # One reference a kind, with no name: whatever of the job is there, unread.
+    assert sorted((r.kind, r.namespace, r.name) for r in report.unproven) == sorted(
+        (res.kind, NS, "") for res in KINDS)
+    assert left(k, *ALL)  # nothing could be deleted either: it was never seen
