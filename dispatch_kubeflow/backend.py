@@ -15,8 +15,10 @@ the start.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
@@ -39,6 +41,7 @@ from dispatch_kubeflow.jobs import JobInfo
 from dispatch_kubeflow.kube import Kube, KubeAPI, oldest_first, transport
 from dispatch_kubeflow.mode import Mode
 from dispatch_kubeflow.mode_kueue import KueueMode
+from dispatch_kubeflow.mode_multikueue import MultiKueueMode, worker_settings
 from dispatch_kubeflow.mode_plain import PlainMode
 from dispatch_kubeflow.model import (
     AdapterConfig,
@@ -62,6 +65,7 @@ from dispatch_kubeflow.output import LogStream
 from dispatch_kubeflow.preflight import run as run_preflight
 from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.waits import wait_window, within
+from dispatch_kubeflow.workers import NONE, Workers
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +74,13 @@ NAME = "kubeflow"
 opens it with [open_backend][dispatch_kubeflow.open_backend]."""
 
 
-def select_mode(settings: Settings) -> Mode:
-    """The mode the settings choose: Kueue mode when they have a ``kueue`` section, plain
-    mode otherwise. Chosen once, when the backend opens (see `dispatch_kubeflow.mode`)."""
-    return KueueMode.from_settings(settings) or PlainMode(settings)
+def select_mode(settings: Settings, workers: Workers = NONE) -> Mode:
+    """The mode the settings choose: MultiKueue mode when their ``kueue`` section has a
+    ``multiKueue`` one (its ``workers`` connected), Kueue mode when they have a ``kueue``
+    section, plain mode otherwise. Chosen once, when the backend opens (see
+    `dispatch_kubeflow.mode`)."""
+    return (MultiKueueMode.of(settings, workers) or KueueMode.from_settings(settings)
+            or PlainMode(settings))
 
 
 class Backend:
@@ -101,9 +108,10 @@ class Backend:
 
     def __init__(self, kube: KubeAPI, settings: Settings, mode: Mode,
                  capabilities: Mapping[Capability, CapabilityStatus], *,
-                 owns_kube: bool = True) -> None:
+                 owns_kube: bool = True, workers: Workers = NONE) -> None:
         self._kube = kube
         self._owns_kube = owns_kube
+        self._workers = workers  # MultiKueue mode's worker clusters (none otherwise)
         self.settings = settings
         """The settings section the backend was opened with, validated."""
         self._mode = mode
@@ -116,7 +124,8 @@ class Backend:
     # --- opening and closing --------------------------------------------------------------
     @classmethod
     def connect(cls, settings: Settings | bytes | str | Mapping[str, Any], *,
-                kube: KubeAPI | None = None, preflight: bool = True) -> Opening[Backend]:
+                kube: KubeAPI | None = None, preflight: bool = True,
+                workers: Mapping[str, KubeAPI] | None = None) -> Opening[Backend]:
         """Validate the settings, connect (unless ``kube`` is given) and run the preflight:
         ``async with Backend.connect(settings) as backend:``, or ``await`` it and close the
         backend yourself.
@@ -135,6 +144,8 @@ class Backend:
                 [Settings][dispatch_kubeflow.Settings] already parsed (see the
                 configuration reference).
             kube: A connection to use instead of making one (left open on close).
+            workers: MultiKueue mode: a connection to each worker the settings name, to
+                use instead of making them (left open on close).
             preflight: Whether to prove the capabilities before returning; opening then
                 takes at least ``timeouts.preflightProbe``.
 
@@ -147,27 +158,34 @@ class Backend:
                 kubeconfig file (``cluster.kubeconfig``) or the pod's service account
                 (``cluster.inCluster``) cannot be loaded.
         """
-        return Opening(lambda: cls._connect(settings, kube=kube, preflight=preflight))
+        return Opening(lambda: cls._connect(settings, kube=kube, preflight=preflight,
+                                            workers=workers))
 
     @classmethod
     async def _connect(cls, settings: Settings | bytes | str | Mapping[str, Any], *,
-                       kube: KubeAPI | None, preflight: bool) -> Backend:
+                       kube: KubeAPI | None, preflight: bool,
+                       workers: Mapping[str, KubeAPI] | None = None) -> Backend:
         cfg = Settings.parse(settings)
-        mode = select_mode(cfg)
+        connected = await Workers.connect(cfg, worker_settings(cfg), workers)
+        mode = select_mode(cfg, connected)
         owns = kube is None
-        if kube is None:
-            kube = await Kube.connect(
-                kubeconfig=cfg.cluster.kubeconfig, context=cfg.cluster.context,
-                in_cluster=cfg.cluster.in_cluster,
-                request_timeout=cfg.timeouts.request.total_seconds(),
-                transient_window=cfg.timeouts.transient.total_seconds())
         try:
-            caps = await run_preflight(kube, cfg, mode) if preflight else not_checked()
+            if kube is None:
+                kube = await Kube.connect(
+                    kubeconfig=cfg.cluster.kubeconfig, context=cfg.cluster.context,
+                    in_cluster=cfg.cluster.in_cluster,
+                    request_timeout=cfg.timeouts.request.total_seconds(),
+                    transient_window=cfg.timeouts.transient.total_seconds())
+            try:
+                caps = await run_preflight(kube, cfg, mode) if preflight else not_checked()
+            except BaseException:
+                if owns:
+                    await kube.close()
+                raise
         except BaseException:
-            if owns:
-                await kube.close()
+            await connected.close()
             raise
-        backend = cls(kube, cfg, mode, caps, owns_kube=owns)
+        backend = cls(kube, cfg, mode, caps, owns_kube=owns, workers=connected)
         if backend.observe_only and preflight:  # without it, observe-only is what was asked
             log.warning("dispatch-kubeflow is observe-only: %s",
                         "; ".join(backend.observe_only_reasons))
@@ -188,8 +206,11 @@ class Backend:
                 try:
                     await self._informers.close()
                 finally:
-                    if self._owns_kube:
-                        await self._kube.close()
+                    try:
+                        if self._owns_kube:
+                            await self._kube.close()
+                    finally:
+                        await self._workers.close()
 
     async def __aenter__(self) -> Backend:
         return self
@@ -483,7 +504,9 @@ class Backend:
 
         Returns:
             What is gone, what is still alive when ``timeouts.stopJob`` passed, and what
-                could not be proven gone; ``complete`` says whether all is gone.
+                could not be proven gone; ``complete`` says whether all is gone. MultiKueue
+                mode: the manager's and every worker's, each reference naming its cluster
+                (a worker that cannot be read: its kinds unproven, nameless).
 
         Raises:
             SpecError: ``job`` is not a job id.
@@ -492,15 +515,28 @@ class Backend:
                 429, 5xx) is tried again, and what stays unknown is reported ``unproven``.
             DispatchError: The backend was closed while the stop was under way.
         """
-        ns = self.settings.namespace
+        ns, job = self.settings.namespace, as_job_id(job)
+        limit = self.settings.timeouts.stop_job
+        loop = asyncio.get_running_loop()
+        until = loop.time() + limit.total_seconds()
         # Its requests wait for a connection as of when it began: of many stops at once,
         # the first run through instead of each ending with the crowd (kube.slots).
         with oldest_first():
-            return await stop.stop_job(self._kube, ns, as_job_id(job), reason,
-                                       kinds=self._mode.kinds,
-                                       limit=self.settings.timeouts.stop_job,
-                                       crowd=self._stops, feeds=self._mode.watched(ns),
+            own = await stop.stop_job(self._kube, ns, job, reason, kinds=self._mode.kinds,
+                                      limit=limit, crowd=self._stops,
+                                      feeds=self._mode.watched(ns), limits=self._stop_limits)
+        if not self._workers:
+            return own
+        # MultiKueue: the manager first, so that nothing is dispatched again once a
+        # worker is proven empty; then every worker at once, in what is left of the time.
+        # A worker that cannot be read leaves its kinds unproven, naming it.
+        left = timedelta(seconds=max(0.0, until - loop.time()))
+
+        async def in_worker(name: str, wk: KubeAPI) -> StopReport:
+            return await stop.stop_job(wk, ns, job, reason, kinds=find.KINDS, limit=left,
                                        limits=self._stop_limits)
+
+        return stop.across(own, await self._workers.each(in_worker))
 
     async def find(self, job: JobID | str) -> tuple[ObjectRef, ...]:
         """Every object of the job that exists, orphans included.
@@ -511,16 +547,23 @@ class Backend:
         Returns:
             The references of the job's objects of every kind the mode uses (TrainJobs,
                 runtime copies, Kueue's Workloads, JobSets, Jobs, pods); empty when none is
-                left.
+                left. MultiKueue mode: every worker's too, each naming its cluster.
 
         Raises:
             SpecError: ``job`` is not a job id.
-            KubeError: A kind could not be listed (a
+            KubeError: A kind could not be listed, in MultiKueue mode naming the worker (a
                 [KubeNoAnswer][dispatch_kubeflow.errors.KubeNoAnswer] when the server did
                 not answer).
         """
-        return await find.find_refs(self._kube, self.settings.namespace, as_job_id(job),
-                                    self._mode.kinds)
+        ns, job = self.settings.namespace, as_job_id(job)
+        own = await find.find_refs(self._kube, ns, job, self._mode.kinds)
+
+        async def in_worker(name: str, wk: KubeAPI) -> tuple[ObjectRef, ...]:
+            refs = await find.find_refs(wk, ns, job, find.KINDS)
+            return tuple(replace(r, cluster=name) for r in refs)
+
+        return own + tuple(r for refs in (await self._workers.each(in_worker)).values()
+                           for r in refs)
 
     def output(self, job: JobID | str, rank: int = 0,
                stream: OutputStream = OutputStream.STDOUT, follow: bool = False, *,
@@ -557,7 +600,7 @@ class Backend:
         """
         return Opening(lambda: output.output(
             self._kube, self.settings.namespace, as_job_id(job), rank=rank, stream=stream,
-            follow=follow, submission=submission))
+            follow=follow, submission=submission, workers=self._workers))
 
     # --- helpers --------------------------------------------------------------------------
     @property

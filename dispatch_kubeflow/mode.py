@@ -1,8 +1,10 @@
 """The mode: everything that differs between Kueue mode and plain mode, behind one interface.
 
 A backend chooses its mode once, when it opens (:func:`dispatch_kubeflow.backend.select_mode`):
-:class:`~dispatch_kubeflow.mode_kueue.KueueMode` when the settings have a ``kueue`` section,
-:class:`~dispatch_kubeflow.mode_plain.PlainMode` otherwise. Nothing else asks which mode it
+:class:`~dispatch_kubeflow.mode_multikueue.MultiKueueMode` when the settings' ``kueue``
+section has a ``multiKueue`` one (Kueue mode in a manager cluster, the pods in a worker:
+see that module), :class:`~dispatch_kubeflow.mode_kueue.KueueMode` when they have a
+``kueue`` section, :class:`~dispatch_kubeflow.mode_plain.PlainMode` otherwise. Nothing else asks which mode it
 is in: each operation states what it needs of the mode (:class:`~.start.StartMode`,
 :class:`~.observe.ObserveMode`, :class:`~.preflight.mode.PreflightMode`) and :class:`Mode`
 is all of them, with what the backend itself delegates (open, hold, release, and the kinds
@@ -40,7 +42,7 @@ class Mode(StartMode, ObserveMode, PreflightMode, Protocol):
 
     @property
     def name(self) -> str:
-        """``kueue`` or ``plain``."""
+        """``multikueue``, ``kueue`` or ``plain``."""
         ...
 
     @property

@@ -60,6 +60,9 @@ class KueueMode:
     def closed_annotations(self) -> dict[str, str]:
         return {names.ADMISSION_GATED_BY: names.GATE}
 
+    def trainjob_spec(self) -> dict[str, Any]:
+        return {}
+
     async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any],
                       shared: Informers | None = None) -> None:
         """Wait for Kueue's Workload of the TrainJob (``timeouts.start``): through the
@@ -104,6 +107,10 @@ class KueueMode:
 
     async def release_expired(self, kube: KubeAPI, ref: ObjectRef) -> None:
         return None  # the admission controller releases an expired hold
+
+    def pods_in(self, kube: KubeAPI, workload: Mapping[str, Any] | None
+                ) -> tuple[str, KubeAPI | None]:
+        return "", kube  # the backend's own cluster
 
     # --- hold and release -----------------------------------------------------------------
     async def hold(self, kube: KubeAPI, ref: ObjectRef, meta: HoldMeta) -> None:

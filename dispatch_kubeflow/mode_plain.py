@@ -51,6 +51,9 @@ class PlainMode:
     def closed_annotations(self) -> dict[str, str]:
         return {}  # created suspended: that is the gate
 
+    def trainjob_spec(self) -> dict[str, Any]:
+        return {}
+
     async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any],
                       shared: Informers | None = None) -> None:
         return None  # nothing makes anything of a suspended TrainJob
@@ -86,6 +89,10 @@ class PlainMode:
             return None
         obs = state.observe(trainjob, None, pods)
         return obs.hold_until if obs.hold_instance else None
+
+    def pods_in(self, kube: KubeAPI, workload: Mapping[str, Any] | None
+                ) -> tuple[str, KubeAPI | None]:
+        return "", kube  # the backend's own cluster
 
     async def release_expired(self, kube: KubeAPI, ref: ObjectRef) -> None:
         """Release the TrainJob's hold, whatever its instance, if it expired. Reads the

@@ -291,6 +291,8 @@ class ObjectRef:
         kind: Its kind (``TrainJob``, ``Workload``, ``JobSet``, ``Job``, ``Pod``, ...).
         api_version: Its API version, when known.
         uid: Its UID, when known: a wait follows that object, not a newer one of the name.
+        cluster: The worker cluster it is in, named as its MultiKueueCluster (MultiKueue
+            mode); "" for the backend's own cluster.
     """
 
     namespace: str
@@ -298,6 +300,7 @@ class ObjectRef:
     kind: str = "TrainJob"
     api_version: str = ""
     uid: str = ""
+    cluster: str = ""
 
     @property
     def id(self) -> str:
@@ -387,6 +390,8 @@ class Observation:
         restarts: J, JobSet's restart count of the newest pod.
         pods: How many pods of the job still exist.
         pods_running: How many of them are in phase Running.
+        cluster: MultiKueue mode: the worker cluster Kueue dispatched the job to (its
+            MultiKueueCluster's name; "" before it is dispatched, and in the other modes).
     """
 
     state: ObjectState
@@ -397,6 +402,7 @@ class Observation:
     restarts: int = 0
     pods: int = 0
     pods_running: int = 0
+    cluster: str = ""
 
 
 # --- capabilities ----------------------------------------------------------------------------

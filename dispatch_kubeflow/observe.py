@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -24,6 +25,10 @@ from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.model import ObjectRef, ObjectState, Observation
 
 Obj = dict[str, Any]
+
+WORKER_POLL = 1.0
+"""Seconds between reads of a worker's pods by a wait (MultiKueue mode): the watches are
+the manager's."""
 
 
 class ObserveMode(Protocol):
@@ -47,20 +52,37 @@ class ObserveMode(Protocol):
         """Release the job's hold if it expired and the library is the one to release it."""
         ...
 
+    def pods_in(self, kube: KubeAPI, workload: Mapping[str, Any] | None
+                ) -> tuple[str, KubeAPI | None]:
+        """Where the job's pods are: the cluster ("" the backend's own, ``kube``) and its
+        connection; None when they are nowhere yet (MultiKueue: not dispatched)."""
+        ...
+
 
 async def read(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef
-               ) -> tuple[Obj | None, Obj | None, list[Obj]]:
-    """The job's TrainJob, Workload (the mode's) and pods, as they are now."""
+               ) -> tuple[Obj | None, Obj | None, list[Obj], str]:
+    """The job's TrainJob, Workload (the mode's) and pods, as they are now, and the cluster
+    the pods are in (the mode's: "" the backend's own)."""
     trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
     pods, _ = await kube.list(POD, ref.namespace,
                               label_selector=names.pods_of(ref.name))
     workload = await mode.workload(kube, trainjob) if trainjob is not None else None
-    return trainjob, workload, pods
+    cluster, where = mode.pods_in(kube, workload)
+    if where is None:
+        pods = []
+    elif where is not kube:
+        try:
+            pods, _ = await where.list(POD, ref.namespace,
+                                       label_selector=names.pods_of(ref.name))
+        except errors.KubeError as exc:
+            raise exc.restated(f"worker {cluster}: {exc}") from None
+    return trainjob, workload, pods, cluster
 
 
 async def inspect(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef) -> Observation:
     """The job's state (see :mod:`dispatch_kubeflow.state`). Reads only, in every mode."""
-    return state.observe(*await read(kube, mode, ref))
+    trainjob, workload, pods, cluster = await read(kube, mode, ref)
+    return replace(state.observe(trainjob, workload, pods), cluster=cluster)
 
 
 def subscriptions(mode: ObserveMode, namespace: str, name: str, uid: str
@@ -100,8 +122,17 @@ async def wait(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
             await own.close()
     while True:
         found = await _watch_state(kube, shared, mode, ref, want)
-        if found is not None:
+        if found is not None and not found.cluster:
             return found
+        if found is not None:
+            # The pods are in a worker (MultiKueue), out of the watches' sight: read them
+            # there, every WORKER_POLL seconds while they alone keep the state from ``want``
+            # (a hold's pods still going).
+            obs = await inspect(kube, mode, ref)
+            if obs.state in want:
+                return obs
+            await asyncio.sleep(WORKER_POLL)
+            continue
         await mode.release_expired(kube, ref)
         obs = await inspect(kube, mode, ref)
         if obs.state in want:
@@ -133,6 +164,7 @@ async def _watch_state(kube: KubeAPI, shared: Informers, mode: ObserveMode, ref:
         pods = list(current[1].values())
         workload = newest_workload(current[2].values()) if len(current) > 2 else None
         obs = state.observe(trainjob, workload, pods)
+        obs = replace(obs, cluster=mode.pods_in(kube, workload)[0])
         until = mode.hold_expiry(trainjob, pods)
         if until is not None:
             left = (until - datetime.now(UTC)).total_seconds()

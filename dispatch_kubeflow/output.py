@@ -42,6 +42,7 @@ from dispatch_kubeflow.kube import ByteSource, KubeAPI
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.model import JobID, OutputStream
 from dispatch_kubeflow.state import restarts
+from dispatch_kubeflow.workers import NONE, Workers
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +151,11 @@ def current_pod(pods: Sequence[Mapping[str, Any]],
 async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
                  stream: OutputStream = OutputStream.STDOUT, follow: bool = False,
                  submission: int | None = None, tail_lines: int | None = None,
-                 since: timedelta | None = None) -> LogStream:
+                 since: timedelta | None = None, workers: Workers = NONE) -> LogStream:
     """Open rank ``rank``'s log of the current execution of ``job``; ``tail_lines``: only its
     last lines (0 or more), ``since``: only what was logged in that long before now.
+    ``workers`` (MultiKueue mode): their pods are candidates too, and the log is read from
+    the cluster the current one is in.
 
     Raises `dispatch_kubeflow.errors.SpecError` for a bad rank, tail or since.
 
@@ -168,6 +171,14 @@ async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
     if submission is not None:
         selector += f",{names.SUBMISSION_LABEL}={submission}"
     pods, _ = await kube.list(POD, namespace, label_selector=selector)
+    where = {id(p): kube for p in pods}
+
+    async def theirs(name: str, wk: KubeAPI) -> None:
+        found, _ = await wk.list(POD, namespace, label_selector=selector)
+        pods.extend(found)
+        where.update((id(p), wk) for p in found)
+
+    await workers.each(theirs)
     trainjobs, _ = await kube.list(TRAINJOB, namespace,
                                    label_selector=f"{names.JOB_ID_LABEL}={job}")
     a_by_sub = {}
@@ -180,6 +191,7 @@ async def output(kube: KubeAPI, namespace: str, job: JobID, *, rank: int = 0,
                               + (f" in submission {submission}" if submission else "")
                               + f" in {namespace}")
     name = str(meta(pod)["name"])
+    kube = where[id(pod)]  # its log is read from the cluster it is in
     if not (pod.get("spec") or {}).get("nodeName"):
         # Not scheduled yet (dispatch's start gate, or no room): the API server answers a
         # log request for it with an empty stream, which would read as a finished log.

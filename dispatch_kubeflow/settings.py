@@ -7,12 +7,15 @@ The keys are the seed's, camelCase::
       "namespace":    "tutorial",
       "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
       "kueue":        {"localQueue": "lq", "priorityClass": "low",
-                       "admissionCheck": "dispatch-admission"},
+                       "admissionCheck": "dispatch-admission",
+                       "multiKueue": {"workers": {"worker1": {"kubeconfig": "/path"}}}},
       "timeouts":     {"request": "10s", "start": "2m", "stopJob": "3m",
                        "preflightProbe": "10s", "transient": "30s"}
     }
 
-``kueue`` absent means plain mode (no Kueue: the TrainJob's ``spec.suspend`` is the gate).
+``kueue`` absent means plain mode (no Kueue: the TrainJob's ``spec.suspend`` is the gate);
+``kueue.multiKueue`` present means MultiKueue mode: ``cluster`` is Kueue's manager cluster,
+and each worker (named as its MultiKueueCluster) is reached as ``cluster`` is.
 Unknown keys are refused. Every problem raises `dispatch_kubeflow.errors.SettingsError`
 whose ``field`` is the dotted key (``timeouts.stopJob``) and whose message says what the key
 accepts.
@@ -148,6 +151,29 @@ class ProbeRuntimeSettings(_Section):
         return _subdomain(v)
 
 
+MULTIKUEUE_WORKERS_MAX = 20
+"""MultiKueueConfig's own bound on its clusters."""
+
+
+class MultiKueueSettings(_Section):
+    """MultiKueue mode: the worker clusters Kueue's MultiKueue may dispatch a job to."""
+
+    workers: dict[str, ClusterSettings] = Field(
+        description="an object: each MultiKueueCluster's name (as the manager's "
+                    "MultiKueueConfig lists it) -> how to reach that worker: kubeconfig, "
+                    f"context or inCluster (1 to {MULTIKUEUE_WORKERS_MAX} workers)")
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: dict[str, ClusterSettings]) -> dict[str, ClusterSettings]:
+        if not 1 <= len(v) <= MULTIKUEUE_WORKERS_MAX:
+            raise ValueError(f"names {len(v)} workers; a MultiKueueConfig lists 1 to "
+                             f"{MULTIKUEUE_WORKERS_MAX}")
+        for name in v:
+            _subdomain(name)
+        return v
+
+
 class KueueSettings(_Section):
     """Kueue mode: the queue every job goes to and the AdmissionCheck that gates readmission."""
 
@@ -157,6 +183,11 @@ class KueueSettings(_Section):
     admission_check: str = Field(
         "dispatch-admission",
         description="the AdmissionCheck served by dispatch's admission controller")
+
+    multi_kueue: MultiKueueSettings | None = Field(
+        None, description='an object: {"workers": {"<MultiKueueCluster>": {"kubeconfig": '
+                          '"/path", "context": "name"}}}; absent unless Kueue dispatches the '
+                          "jobs to worker clusters through MultiKueue")
 
     @field_validator("local_queue", "admission_check")
     @classmethod
@@ -211,8 +242,8 @@ class Settings(_Section):
                     '(within timeouts.preflightProbe); "window" watches the whole '
                     "timeouts.preflightProbe, as the seed did (plain mode always does)")
     kueue: KueueSettings | None = Field(
-        None, description="an object: localQueue, priorityClass, admissionCheck; "
-                          "absent for plain mode")
+        None, description="an object: localQueue, priorityClass, admissionCheck, "
+                          "multiKueue; absent for plain mode")
     timeouts: TimeoutSettings = Field(
         default_factory=lambda: TimeoutSettings.model_validate({}),
         description="an object: request, start, stopJob, preflightProbe, transient")
@@ -295,13 +326,16 @@ def _describe(err: Any, loc: list[str]) -> str:
 
 def _model_at(loc: list[str]) -> type[BaseModel] | None:
     model: type[BaseModel] | None = Settings
-    for key in loc:
+    keys = iter(loc)
+    for key in keys:
         if model is None:
             return None
         info = _field(model, key)
         if info is None:
             return None
         model = _submodel(info.annotation)
+        if getattr(info.annotation, "__origin__", None) is dict:
+            next(keys, None)  # a map's key (a worker's name), then its value's fields
     return model
 
 

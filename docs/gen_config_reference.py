@@ -75,6 +75,16 @@ NOTES = {
                "`~/.kube/config`.",
     "probeRuntime": "Use the runtime your jobs use, so that the probe proves the gate on the "
                     "same path. A `TrainingRuntime` is looked up in `namespace`.",
+    "kueue.multiKueue": (
+        "With `multiKueue` the backend runs in MultiKueue mode: `cluster` is Kueue's manager "
+        "cluster, where jobs are made, queued, held and approved, and each worker is reached "
+        "as `cluster` is (kubeconfig and context, or inCluster), named as the manager's "
+        "MultiKueueCluster. Start puts the job's runtime copy in every worker, Open puts it "
+        "back where it is missing, Inspect and Output read the pods in the worker that runs "
+        "the job, and StopJob proves the manager and every worker empty. The preflight "
+        "proves each worker answers and lets the library do that; what one lacks makes the "
+        "backend observe-only, naming the worker. A worker's kubeconfig that does not load "
+        "is a `SettingsError` on `kueue.multiKueue.workers.<name>.kubeconfig`."),
     "kueue": "With `kueue` the backend runs in Kueue mode; without it, in plain mode. See "
              "[Choose Kueue mode or plain mode](../modes.md). The LocalQueue's ClusterQueue "
              "must list the AdmissionCheck with no `onFlavors` "
@@ -168,7 +178,9 @@ def table(model: type[BaseModel]) -> list[str]:
     for name, info in model.model_fields.items():
         key = info.alias or name
         text = cell(meaning(info))
-        if submodel(info.annotation) is not None:
+        if getattr(info.annotation, "__origin__", None) is dict:
+            text += " (each value as [`cluster`](#cluster))"
+        elif submodel(info.annotation) is not None:
             text += f" ([below](#{key.lower()}))"
         rows.append(f"| `{key}` | {type_name(info.annotation)} | {default_text(info)} | "
                     f"{text} |")
@@ -204,6 +216,16 @@ def render() -> str:
         note = NOTES.get(key, "").replace("{accepts}", s.DURATION_ACCEPTS)
         if note:
             out += ["", note]
+        for inner_name, inner in model.model_fields.items():
+            inner_model = submodel(inner.annotation)
+            if inner_model is None:
+                continue
+            inner_key = inner.alias or inner_name
+            out += ["", f"### `{inner_key}`", "", f"Optional. {doc(inner_model)}", ""]
+            out += table(inner_model)
+            note = NOTES.get(f"{key}.{inner_key}", "")
+            if note:
+                out += ["", note]
     out += ["", FOOTER]
     return "\n".join(out)
 

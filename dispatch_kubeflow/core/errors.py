@@ -172,6 +172,20 @@ class KubeError(DispatchError):
         seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
         return seconds if isinstance(seconds, int) and seconds >= 0 else None
 
+    def restated(self, message: str) -> Self:
+        """The same failure (class, status, causes; a no-answer's ``transient`` and
+        ``sent``) told with another message.
+
+        Args:
+            message: The new message.
+
+        Returns:
+            A copy of this error with the message.
+        """
+        new = copy.copy(self)
+        new.args = (message,)
+        return new
+
     def names_field(self, path: str) -> bool:
         """Whether a cause names this field or one inside it (case-insensitive, as
         Trainer spells ``spec.RuntimeRef`` in one place).
@@ -246,19 +260,6 @@ class KubeNoAnswer(KubeError):
         super().__init__(message, status=0, reason=self.KIND)
         self.transient = transient
         self.sent = sent
-
-    def restated(self, message: str) -> Self:
-        """The same failure (class, ``transient``, ``sent``) told with another message.
-
-        Args:
-            message: The new message.
-
-        Returns:
-            A copy of this error with the message.
-        """
-        new = copy.copy(self)
-        new.args = (message,)
-        return new
 
 
 class KubeUnreachable(KubeNoAnswer):

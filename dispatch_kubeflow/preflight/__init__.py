@@ -34,7 +34,10 @@ modes is the mode's, asked once (:class:`~dispatch_kubeflow.preflight.mode.Proof
    mode the first must be refused (403 Forbidden or 422 Invalid, about the probe) while the
    second is admitted: ValidatingAdmissionPolicy ``dispatch-admission-count`` is in force,
    so only the admission controller raises A. In plain mode the library raises A itself, so
-   both must be admitted.
+   both must be admitted. 6. **Workers** (:mod:`.workers`, MultiKueue mode) — every worker
+   answers, serves Trainer's, JobSet's and Kueue's APIs, and lets the library put the
+   runtime copy and find, read and delete the job's objects; what one lacks makes the start
+   gate no, naming the worker.
 
 Hold: Kueue mode needs Workloads to be patchable (``spec.active`` and annotations),
 plain mode TrainJobs; Kueue and Trainer themselves do the rest.
@@ -77,6 +80,7 @@ from dispatch_kubeflow.preflight.readmission import check_queue, lease_fresh
 from dispatch_kubeflow.preflight.start_gate import PROBE_PREFIX, probe, probe_body
 from dispatch_kubeflow.preflight.verdicts import ALL, Caps, no, unknown, yes
 from dispatch_kubeflow.preflight.versions import ALWAYS, check_versions
+from dispatch_kubeflow.preflight.workers import check_workers
 from dispatch_kubeflow.settings import Settings
 
 __all__ = [
@@ -155,9 +159,14 @@ async def run(kube: KubeAPI, settings: Settings, mode: PreflightMode) -> Caps:
         except errors.KubeError as exc:
             caps[Capability.START_GATE] = unknown(f"the start-gate probe failed: {exc}")
 
-    await asyncio.gather(readmission(), start_gate())
+    async def workers() -> list[str]:
+        return await check_workers(proofs.workers, settings.namespace)
+
+    _, _, lacking = await asyncio.gather(readmission(), start_gate(), workers())
     for cap, perms in missing.items():
         caps[cap] = no("missing permissions: " + ", ".join(perms))
+    if lacking:
+        caps[Capability.START_GATE] = no("; ".join(lacking))
     return {cap: caps.get(cap, unknown("not checked", CapabilitySource.NOT_CHECKED))
             for cap in ALL}
 

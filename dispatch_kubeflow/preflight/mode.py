@@ -8,7 +8,7 @@ mode's parts once, and the mode hands them over as one value.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dispatch_kubeflow import errors
@@ -46,6 +46,9 @@ class Proofs:
     judge_guard: Judge
     """What the dry-run patches that take the probe's queue label off and resume it prove
     about who may run a dispatch TrainJob past the gate."""
+    workers: Mapping[str, KubeAPI] = field(default_factory=dict)
+    """MultiKueue mode: the worker clusters, each proved able to run and stop a job
+    (:mod:`.workers`)."""
 
 
 class PreflightMode(Protocol):

@@ -209,6 +209,10 @@ class StartMode(Protocol):
         """The annotations a new TrainJob carries so it starts closed (Kueue's gate)."""
         ...
 
+    def trainjob_spec(self) -> dict[str, Any]:
+        """What the mode adds to a new TrainJob's spec (MultiKueue: ``managedBy``)."""
+        ...
+
     async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any],
                       shared: Informers | None = None) -> None:
         """What Start waits for once the TrainJob is made (Kueue: its Workload), watching
@@ -235,6 +239,7 @@ def trainjob_body(start: Validated, settings: Settings, mode: StartMode) -> dict
             "trainer": {"image": image.ref, "command": list(req.spec.command),
                         "numNodes": req.spec.nodes},
             "suspend": True,
+            **mode.trainjob_spec(),
         },
     }
 

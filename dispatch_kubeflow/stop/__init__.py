@@ -14,14 +14,16 @@ carries, sits in its own module:
 - :mod:`.deletes`: what StopJob deletes itself, when, and why background propagation;
 - :mod:`.finalizers`: the Job controller's job-tracking finalizer StopJob may release;
 - :mod:`.reason`: the reason, as an Event on each TrainJob;
-- :mod:`.report`: what was stopped, what is alive, what is unproven;
+- :mod:`.report`: what was stopped, what is alive, what is unproven (across a MultiKueue
+  manager and its workers too);
 - :mod:`.limits`: its waits and the crowd's size.
 """
 
 from dispatch_kubeflow.stop.limits import LIMITS, Limits
 from dispatch_kubeflow.stop.passes import stop_feeds, stop_job
 from dispatch_kubeflow.stop.reason import REPORTING_CONTROLLER, record_reason
+from dispatch_kubeflow.stop.report import across
 from dispatch_kubeflow.stop.rounds import Crowd
 
-__all__ = ["LIMITS", "REPORTING_CONTROLLER", "Crowd", "Limits", "record_reason",
+__all__ = ["LIMITS", "REPORTING_CONTROLLER", "Crowd", "Limits", "across", "record_reason",
            "stop_feeds", "stop_job"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.core.objects import labels_of, meta
 from dispatch_kubeflow.find import Found
@@ -46,6 +49,16 @@ def _has_pods_beneath(f: Found, pods: list[Found]) -> bool:
                 sub and pl.get(names.SUBMISSION_LABEL) == sub):
             return True
     return False
+
+
+def across(own: StopReport, workers: Mapping[str, StopReport]) -> StopReport:
+    """One report of a stop in the backend's cluster and in each worker (MultiKueue), each
+    worker's references naming it (``ObjectRef.cluster``)."""
+    parts = [own, *(StopReport(*(tuple(replace(r, cluster=name) for r in refs)
+                                 for refs in (rep.stopped, rep.alive, rep.unproven)))
+                    for name, rep in workers.items())]
+    return StopReport(*(tuple(r for p in parts for r in getattr(p, side))
+                        for side in ("stopped", "alive", "unproven")))
 
 
 def _unread(namespace: str, res: Resource) -> ObjectRef:

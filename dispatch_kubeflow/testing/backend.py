@@ -129,13 +129,15 @@ class FakeBackend(FakeCluster, Backend):
     # --- opening and closing --------------------------------------------------------------
     @classmethod
     def connect(cls, settings: Settings | bytes | str | Mapping[str, Any], *,  # type: ignore[override]
-                kube: KubeAPI | None = None, preflight: bool = True) -> Opening[FakeBackend]:
+                kube: KubeAPI | None = None, preflight: bool = True,
+                workers: Mapping[str, KubeAPI] | None = None) -> Opening[FakeBackend]:
         """As [Backend.connect][dispatch_kubeflow.Backend.connect]: ``preflight=False`` makes
         it observe-only; ``kube`` is not used (there is no cluster).
 
         Args:
             settings: The settings section.
             kube: Not used.
+            workers: Not used.
             preflight: False: observe-only, as the real one without its preflight.
 
         Returns:

@@ -58,8 +58,9 @@ def test_the_settings_choose_the_mode() -> None:
     assert [k for k in kueue.kinds if k is not WORKLOAD] == list(plain.kinds)
 
 
-def test_only_the_kueue_mode_reads_the_kueue_settings() -> None:
-    """No module but mode_kueue reads ``<something>.kueue``: nothing else asks the mode."""
+def test_only_the_kueue_modes_read_the_kueue_settings() -> None:
+    """No module but mode_kueue and mode_multikueue (Kueue mode in a MultiKueue manager)
+    reads ``<something>.kueue``: nothing else asks the mode."""
     package = Path(dispatch_kubeflow.__file__).parent
     # Only files where ".kueue" can be an attribute are parsed (parsing all costs 0.6 s).
     sources = {path: text for path in package.rglob("*.py")
@@ -70,7 +71,8 @@ def test_only_the_kueue_mode_reads_the_kueue_settings() -> None:
         for node in ast.walk(ast.parse(text))
         if isinstance(node, ast.Attribute) and node.attr == "kueue")
     assert readers, "the scan found nothing at all: is it still looking at the right code?"
-    assert {r.split(":")[0] for r in readers} == {"mode_kueue.py"}, readers
+    assert {r.split(":")[0] for r in readers} == {"mode_kueue.py", "mode_multikueue.py"}, \
+        readers
 
 
 # --- the start-gate probe -------------------------------------------------------------------

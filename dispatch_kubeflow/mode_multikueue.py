@@ -1,0 +1,148 @@
+"""MultiKueue mode: Kueue mode in a manager cluster whose MultiKueue runs the job in a worker.
+
+Everything Kueue mode does happens in the manager (the backend's own cluster): the TrainJob
+is made there closed by dispatch's gate, Kueue's Workload there is what dispatch's check
+approves, held and released. What differs:
+
+* the TrainJob is ``spec.managedBy: kueue.x-k8s.io/multikueue``, so Trainer makes nothing
+  for it in the manager; MultiKueue copies it into the worker that admits it, once every
+  other check on its Workload (dispatch's) is Ready;
+* that copy names its runtime by name, so Start puts the job's runtime copy in every worker
+  too (copied from the manager's, with no owner: StopJob removes it), and Open puts it back
+  in any worker it is missing from before it removes the gate: MultiKueue may pick any
+  worker, and a worker without the copy would refuse the job;
+* the pods are in the worker the Workload names (``status.clusterName``): Inspect reads
+  them there and reports that worker (``Observation.cluster``).
+
+The workers are the backend's (:mod:`dispatch_kubeflow.workers`); StopJob, find and Output
+go through them as they go through the backend's own cluster. This is the only module that
+reads the settings' ``kueue.multiKueue`` section beside the workers' connections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from dispatch_kubeflow import errors
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.objects import meta
+from dispatch_kubeflow.informer import Informers
+from dispatch_kubeflow.kube import KubeAPI
+from dispatch_kubeflow.kube.resources import TRAINING_RUNTIME
+from dispatch_kubeflow.mode_kueue import KueueMode
+from dispatch_kubeflow.model import ObjectRef
+from dispatch_kubeflow.preflight.mode import Proofs
+from dispatch_kubeflow.settings import (
+    ClusterSettings,
+    KueueSettings,
+    MultiKueueSettings,
+    Settings,
+)
+from dispatch_kubeflow.workers import Workers
+
+Obj = dict[str, Any]
+
+
+class MultiKueueMode(KueueMode):
+    """MultiKueue mode (see the module docstring)."""
+
+    name = "multikueue"
+
+    def __init__(self, settings: Settings, kueue: KueueSettings, multi: MultiKueueSettings,
+                 workers: Workers) -> None:
+        super().__init__(settings, kueue)
+        self.multi = multi
+        self.workers = workers
+
+    @classmethod
+    def of(cls, settings: Settings, workers: Workers) -> MultiKueueMode | None:
+        """MultiKueue mode, when the settings' ``kueue`` has a ``multiKueue`` section."""
+        kueue = settings.kueue
+        if kueue is None or kueue.multi_kueue is None:
+            return None
+        return cls(settings, kueue, kueue.multi_kueue, workers)
+
+    # --- start and open -------------------------------------------------------------------
+    def trainjob_spec(self) -> dict[str, Any]:
+        # Kueue's webhook sets it too when the ClusterQueue lists MultiKueue's check; said
+        # here so a TrainJob in a queue without it is never run by Trainer in the manager.
+        return {"managedBy": names.MULTIKUEUE_CONTROLLER}
+
+    async def started(self, kube: KubeAPI, trainjob: Mapping[str, Any],
+                      shared: Informers | None = None) -> None:
+        """Kueue's Workload in the manager, then the runtime copy in every worker."""
+        await super().started(kube, trainjob, shared)
+        m = meta(trainjob)
+        await self.copy_runtime(kube, str(m["namespace"]), str(m["name"]))
+
+    async def open(self, kube: KubeAPI, ref: ObjectRef) -> None:
+        # Every worker has the copy before anything may be dispatched (a Start that could
+        # not reach a worker is completed here).
+        await self.copy_runtime(kube, ref.namespace, ref.name)
+        await super().open(kube, ref)
+
+    async def copy_runtime(self, kube: KubeAPI, namespace: str, name: str) -> None:
+        """The manager's runtime copy of TrainJob ``name`` in every worker. Idempotent by
+        name: a worker's copy of the same request (spec hash) is kept as it is."""
+        source = await kube.get_or_none(TRAINING_RUNTIME, name, namespace)
+        if source is None:
+            raise errors.NotFound(f"TrainingRuntime {namespace}/{name} not found in the "
+                                  "manager: the job is being stopped, or was never started")
+        body = worker_copy(source)
+        digest = (meta(source).get("annotations") or {}).get(names.SPEC_HASH, "")
+
+        async def put(worker: str, wk: KubeAPI) -> None:
+            try:
+                await wk.create(TRAINING_RUNTIME, body, namespace)
+                return
+            except errors.KubeConflict:
+                pass  # there already: whose?
+            there = await wk.get_or_none(TRAINING_RUNTIME, name, namespace)
+            if there is None:
+                # Deleted between the two (a StopJob): the next Open puts it back.
+                raise errors.ConflictError(
+                    f"worker {worker}: TrainingRuntime {namespace}/{name} was removed while "
+                    "Start copied it (a concurrent StopJob); start the job again")
+            theirs = (meta(there).get("annotations") or {}).get(names.SPEC_HASH, "")
+            if theirs != digest:
+                raise errors.ConflictError(
+                    f"worker {worker}: TrainingRuntime {namespace}/{name} is another "
+                    f"request's (spec hash {theirs or 'none'}, this one {digest}): left by "
+                    "a StopJob that could not reach the worker; StopJob the job again once "
+                    "the worker answers")
+
+        await self.workers.each(put)
+
+    # --- what the preflight proves -------------------------------------------------------
+    def proofs(self) -> Proofs:
+        return replace(super().proofs(), workers=self.workers)
+
+    # --- inspect --------------------------------------------------------------------------
+    def pods_in(self, kube: KubeAPI, workload: Mapping[str, Any] | None
+                ) -> tuple[str, KubeAPI | None]:
+        cluster = str(((workload or {}).get("status") or {}).get("clusterName") or "")
+        if not cluster:
+            return "", None  # not dispatched yet: no pod anywhere
+        return cluster, self.workers.get(cluster)
+
+
+def worker_settings(settings: Settings) -> Mapping[str, ClusterSettings]:
+    """How to reach each worker, by MultiKueueCluster name (none outside MultiKueue mode)."""
+    kueue = settings.kueue
+    return {} if kueue is None or kueue.multi_kueue is None else kueue.multi_kueue.workers
+
+
+def worker_copy(source: Mapping[str, Any]) -> Obj:
+    """The manager's runtime copy as a worker's: its name, labels, annotations and spec,
+    with no owner (the worker's TrainJob is MultiKueue's, made later)."""
+    m = meta(source)
+    return {
+        "apiVersion": source.get("apiVersion"),
+        "kind": source.get("kind"),
+        "metadata": {"name": m["name"], "namespace": m["namespace"],
+                     "labels": dict(m.get("labels") or {}),
+                     "annotations": dict(m.get("annotations") or {})},
+        "spec": source.get("spec") or {},
+    }

@@ -1,0 +1,267 @@
+"""MultiKueue mode's orchestration across a manager and its workers, against in-memory fakes
+of our own transport port (one per cluster): the runtime copy in every worker, Open putting
+a missing one back, Inspect, StopJob, find and Output reaching into the worker that runs
+the job, each naming the worker it speaks of, and the preflight naming what a worker lacks.
+Kueue's MultiKueue itself is exercised on the local clusters (tests/multikueue)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from dispatch_kubeflow import Backend, errors
+from dispatch_kubeflow import start as start_mod
+from dispatch_kubeflow.backend import select_mode
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Resource
+from dispatch_kubeflow.kube.resources import (
+    CLUSTER_TRAINING_RUNTIME,
+    JOB,
+    JOBSET,
+    POD,
+    TRAINING_RUNTIME,
+    TRAINJOB,
+    WORKLOAD,
+)
+from dispatch_kubeflow.mode_multikueue import MultiKueueMode, worker_settings
+from dispatch_kubeflow.model import (
+    Image,
+    JobID,
+    JobSpec,
+    ObjectRef,
+    RuntimeRef,
+    StartRequest,
+)
+from dispatch_kubeflow.preflight.workers import check_workers
+from dispatch_kubeflow.settings import Settings
+from dispatch_kubeflow.workers import Workers
+from tests.unit.fake_kube import FakeKube
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.virtual_time]
+
+NS = "ns"
+JOB_ID = JobID.new(datetime(2026, 5, 1, tzinfo=UTC), bytes(10))
+SETTINGS = Settings.parse({
+    "namespace": NS, "probeRuntime": {"name": "dispatch-kind"},
+    "kueue": {"localQueue": "lq", "multiKueue": {"workers": {
+        "w1": {"kubeconfig": "/nowhere/w1"}, "w2": {"kubeconfig": "/nowhere/w2"}}}},
+    "timeouts": {"start": "5s", "stopJob": "10s"}})
+SOURCE = {"metadata": {"name": "dispatch-kind"}, "spec": {
+    "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+        "template": {"spec": {"containers": [{"name": "node", "image": "i"}]}}}}}]}}}}
+TJ = names.trainjob_name(str(JOB_ID), 1)
+Obj = dict[str, Any]
+
+
+def request(text: str = "echo hi") -> StartRequest:
+    spec = JobSpec(["/bin/sh", "-c", text], 1,
+                   [Image("localhost/dispatch-busybox:kind"),
+                    RuntimeRef("ClusterTrainingRuntime", "dispatch-kind")])
+    return StartRequest(JOB_ID, 1, 1, spec)
+
+
+class Manager(FakeKube):
+    """The manager's fake: Kueue's Workload made for each TrainJob as Kueue would
+    (straight into the fake, right after the TrainJob)."""
+
+    async def create(self, res: Resource, body: Obj, namespace: str | None = None,
+                     **kw: Any) -> Obj:
+        made = await super().create(res, body, namespace, **kw)
+        if res is TRAINJOB:
+            await super().create(WORKLOAD, {"metadata": {
+                "name": f"trainjob-{made['metadata']['name']}",
+                "labels": {names.KUEUE_JOB_UID_LABEL: made["metadata"]["uid"]}}}, namespace)
+        return made
+
+
+class Clusters:
+    """A manager and two workers, each its own fake."""
+
+    def __init__(self) -> None:
+        self.manager, self.w1, self.w2 = Manager(1), FakeKube(2), FakeKube(3)
+        self.workers = Workers({"w1": self.w1, "w2": self.w2})
+        mode = select_mode(SETTINGS, self.workers)
+        assert isinstance(mode, MultiKueueMode)
+        self.mode = mode
+
+    async def start(self, req: StartRequest | None = None) -> ObjectRef:
+        if not self.manager.all(CLUSTER_TRAINING_RUNTIME):
+            await self.manager.create(CLUSTER_TRAINING_RUNTIME, SOURCE)
+        return await start_mod.start(self.manager, SETTINGS, self.mode, req or request())
+
+
+def unreachable(verb: str, res: Resource, name: str) -> None:
+    raise errors.KubeUnreachable("connection refused", sent=False)
+
+
+async def test_start_puts_the_runtime_copy_in_every_worker_once() -> None:
+    c = Clusters()
+    ref = await c.start()
+    tj = c.manager.all(TRAINJOB)[0]
+    assert tj["spec"]["managedBy"] == names.MULTIKUEUE_CONTROLLER
+    mine = c.manager.all(TRAINING_RUNTIME)[0]
+    for worker in (c.w1, c.w2):
+        copies = worker.all(TRAINING_RUNTIME)
+        assert [o["metadata"]["name"] for o in copies] == [TJ]
+        copy = copies[0]
+        assert copy["spec"] == mine["spec"]
+        assert copy["metadata"]["labels"] == mine["metadata"]["labels"]
+        assert copy["metadata"]["labels"][names.JOB_ID_LABEL] == str(JOB_ID)
+        assert copy["metadata"]["annotations"][names.SPEC_HASH] == \
+            mine["metadata"]["annotations"][names.SPEC_HASH]
+        assert not copy["metadata"].get("ownerReferences")  # no TrainJob there to own it
+    # Started again: the same reference, and nothing more anywhere.
+    assert await c.start() == ref
+    assert [len(w.all(TRAINING_RUNTIME)) for w in (c.w1, c.w2)] == [1, 1]
+
+
+async def test_another_requests_copy_in_a_worker_is_a_conflict_naming_the_worker() -> None:
+    c = Clusters()
+    await c.w2.create(TRAINING_RUNTIME, {"metadata": {
+        "name": TJ, "annotations": {names.SPEC_HASH: "older"}}, "spec": {}}, NS)
+    with pytest.raises(errors.ConflictError, match=r"worker w2: TrainingRuntime ns/.* another"):
+        await c.start()
+    assert c.w2.all(TRAINING_RUNTIME)[0]["metadata"]["annotations"][names.SPEC_HASH] == \
+        "older"  # never changed or deleted: StopJob's to remove
+
+
+async def test_an_unreachable_worker_is_named_and_open_completes_its_copy() -> None:
+    c = Clusters()
+    c.w2.before = unreachable
+    with pytest.raises(errors.KubeUnreachable, match=r"^worker w2: "):
+        await c.start()
+    assert c.w1.all(TRAINING_RUNTIME)
+    assert not c.w2.all(TRAINING_RUNTIME)
+    ref = ObjectRef(NS, TJ)
+    # Open refuses while a worker has no copy: nothing may be dispatched there yet.
+    with pytest.raises(errors.KubeUnreachable, match=r"^worker w2: "):
+        await c.mode.open(c.manager, ref)
+    gated = c.manager.all(TRAINJOB)[0]["metadata"]["annotations"]
+    assert gated[names.ADMISSION_GATED_BY] == names.GATE
+    c.w2.before = None
+    await c.mode.open(c.manager, ref)
+    assert len(c.w2.all(TRAINING_RUNTIME)) == 1
+    assert names.ADMISSION_GATED_BY not in c.manager.all(TRAINJOB)[0]["metadata"].get(
+        "annotations", {})
+
+
+async def worker_runs_it(c: Clusters, worker: FakeKube, name: str) -> None:
+    """MultiKueue dispatched the job to ``worker``: the manager's Workload names it, and the
+    worker holds its copy of the TrainJob, JobSet, Job and pods (with the job's labels, as
+    the runtime copy gives them)."""
+    await c.mode.open(c.manager, ObjectRef(NS, TJ))
+    wl = c.manager.all(WORKLOAD)[0]
+    c.manager.write_now(WORKLOAD, wl["metadata"]["name"], NS, {"status": {
+        "clusterName": name, "conditions": [
+            {"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True"}]}})
+    c.manager.write_now(TRAINJOB, TJ, NS, {"spec": {"suspend": False}})
+    labels = {names.JOB_ID_LABEL: str(JOB_ID), names.SUBMISSION_LABEL: "1"}
+    tj = await worker.create(TRAINJOB, {"metadata": {"name": TJ, "labels": {
+        **labels, names.MULTIKUEUE_ORIGIN_LABEL: "multikueue"}}}, NS)
+    owner = [{"apiVersion": TRAINJOB.api_version, "kind": "TrainJob", "name": TJ,
+              "uid": tj["metadata"]["uid"], "controller": True}]
+    await worker.create(JOBSET, {"metadata": {"name": TJ, "labels": labels,
+                                              "ownerReferences": owner}}, NS)
+    await worker.create(JOB, {"metadata": {"name": f"{TJ}-node-0", "labels": labels}}, NS)
+    for i in range(2):
+        await worker.create(POD, {
+            "metadata": {"name": f"{TJ}-node-0-{i}", "labels": {
+                **labels, names.JOBSET_NAME_LABEL: TJ,
+                names.COMPLETION_INDEX_LABEL: str(i)}},
+            "spec": {"nodeName": "n1", "containers": [{"name": names.TRAINER_CONTAINER}]},
+            "status": {"phase": "Running"}}, NS)
+
+
+async def backend(c: Clusters) -> Backend:
+    return await Backend.connect(SETTINGS, kube=c.manager,
+                                 workers={"w1": c.w1, "w2": c.w2}, preflight=False)
+
+
+async def test_inspect_reads_the_pods_in_the_worker_that_runs_it() -> None:
+    c = Clusters()
+    await c.start()
+    async with await backend(c) as b:
+        before = await b.inspect(f"{NS}/{TJ}")
+        assert (before.cluster, before.pods) == ("", 0)  # not dispatched yet
+        await worker_runs_it(c, c.w1, "w1")
+        obs = await b.inspect(f"{NS}/{TJ}")
+    assert obs.cluster == "w1"
+    assert (obs.state.value, obs.pods, obs.pods_running) == ("running", 2, 2)
+
+
+async def test_output_reads_rank_0_from_the_worker_that_runs_it() -> None:
+    c = Clusters()
+    await c.start()
+    await worker_runs_it(c, c.w2, "w2")
+    c.w2.logs[(NS, f"{TJ}-node-0-0", None)] = [b"hello from w2\n"]
+    c.w2.logs[(NS, f"{TJ}-node-0-0", "Stdout")] = [b"hello from w2\n"]
+    async with await backend(c) as b, b.output(str(JOB_ID)) as log:
+        assert await log.read() == b"hello from w2\n"
+    assert (c.w2.calls["log"], c.manager.calls["log"]) == (1, 0)
+
+
+async def test_stop_job_proves_the_manager_and_every_worker_empty() -> None:
+    c = Clusters()
+    await c.start()
+    await worker_runs_it(c, c.w1, "w1")
+    async with await backend(c) as b:
+        found = await b.find(str(JOB_ID))
+        assert {r.cluster for r in found} == {"", "w1", "w2"}  # w2: the runtime copy
+        report = await b.stop_job(str(JOB_ID), "done")
+    assert report.complete
+    for k in (c.manager, c.w1, c.w2):
+        assert not [o for res in (TRAINJOB, TRAINING_RUNTIME, JOBSET, JOB, POD)
+                    for o in k.all(res)]
+    stopped = {(r.cluster, r.kind, r.name) for r in report.stopped}
+    assert ("w1", "Pod", f"{TJ}-node-0-1") in stopped
+    assert ("w2", "TrainingRuntime", TJ) in stopped
+    assert ("", "TrainJob", TJ) in stopped
+
+
+async def test_a_worker_stop_job_cannot_read_is_unproven_naming_it() -> None:
+    c = Clusters()
+    await c.start()
+    await worker_runs_it(c, c.w1, "w1")
+    c.w1.before = unreachable
+    async with await backend(c) as b:
+        report = await b.stop_job(str(JOB_ID), "done")
+    assert not report.complete
+    unread = {(r.cluster, r.kind) for r in report.unproven if not r.name}
+    assert {("w1", "Pod"), ("w1", "TrainJob")} <= unread
+    assert all(r.cluster == "w1" for r in report.unproven)
+    assert len(c.w1.all(POD)) == 2  # still there: the report says so rather than "stopped"
+
+
+async def test_the_preflight_names_what_a_worker_lacks() -> None:
+    c = Clusters()
+    for k in (c.w1, c.w2):
+        k.served = {names.TRAINER_GROUP: [names.TRAINER_VERSION],
+                    names.JOBSET_GROUP: [names.JOBSET_VERSION],
+                    names.KUEUE_GROUP: [names.KUEUE_VERSION]}
+    assert await check_workers(c.workers, NS) == []
+    c.w1.denied[("delete", "pods")] = "no"
+    c.w2.served.pop(names.TRAINER_GROUP)
+    problems = await check_workers(c.workers, NS)
+    assert len(problems) == 2
+    assert problems[0].startswith("worker w1: missing permissions: ")
+    assert "delete pods in ns" in problems[0]
+    assert problems[1].startswith("worker w2: the cluster does not serve trainer")
+    c.w2.before = unreachable
+    assert (await check_workers(c.workers, NS))[1].startswith(
+        "worker w2: could not be checked: ")
+
+
+async def test_a_worker_kubeconfig_that_does_not_load_names_the_worker() -> None:
+    with pytest.raises(errors.SettingsError) as caught:
+        await Workers.connect(SETTINGS, worker_settings(SETTINGS))
+    assert caught.value.field == "kueue.multiKueue.workers.w1.kubeconfig"
+    assert "kueue.multiKueue.workers.w1" in str(caught.value)
+
+
+async def test_the_mode_is_chosen_once_by_the_settings() -> None:
+    assert select_mode(SETTINGS).name == "multikueue"
+    kueue = Settings.parse({"namespace": NS, "probeRuntime": {"name": "r"},
+                            "kueue": {"localQueue": "lq"}})
+    assert select_mode(kueue).name == "kueue"
