@@ -17,37 +17,15 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from dispatch_kubeflow.core import names
-from tests.cluster.admission_fixture import kubectl_binary
-from tests.conftest import REPO
+from tests.multikueue.clusters import CLUSTERS, STATE, kubectl, mk, until
 
 pytestmark = [pytest.mark.machine]
-
-SCRIPT = REPO / "deploy" / "local" / "multikueue.sh"
-STATE = Path(os.environ.get("DISPATCH_STATE_ROOT", "/var/lib/dispatch-local"))
-CLUSTERS = ("mk-manager", "mk-worker1", "mk-worker2")
-
-
-def mk(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> str:
-    done = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
-    assert done.returncode == 0, f"multikueue.sh {' '.join(args)}:\n{done.stderr[-3000:]}"
-    return done.stdout + done.stderr
-
-
-def kubectl(kubeconfig: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([kubectl_binary(), "--kubeconfig", kubeconfig,
-                           "--request-timeout", "5s", *args], capture_output=True, text=True,
-                          timeout=timeout)
-
 
 def active(name: str) -> str:
     out = kubectl("/tmp/mk-manager.kubeconfig", "get", "multikueuecluster", name, "-o",
@@ -73,15 +51,6 @@ def renewed(worker: str) -> bool:
     """Whether ``worker``'s permit stands, renewed by one of its replicas."""
     got = permit(worker)
     return got.get("revoked") == "False" and got["holder"].startswith("dispatch-admission-")
-
-
-def until(what: str, check: Callable[[], bool], seconds: float) -> float:
-    """Seconds until ``check()`` is true; fails after ``seconds``."""
-    began = time.monotonic()
-    while not check():
-        assert time.monotonic() - began < seconds, f"{what} not within {seconds:.0f} s"
-        time.sleep(2)
-    return time.monotonic() - began
 
 
 def test_three_clusters_join_cut_and_heal() -> None:

@@ -1,0 +1,115 @@
+"""A dispatch job through MultiKueue on the local clusters, with the library in MultiKueue mode
+(issue 30 item 2): the preflight proves the manager and both workers; Start puts the runtime
+copy in each worker; Open lets MultiKueue dispatch it; it runs in one worker, whose pods
+carry the identity the manager approved (A = 1); Inspect names that worker and Output reads
+rank 0 there; StopJob proves the manager and both workers empty.
+
+In ``make mk-test`` (not in ``make test``: the clusters' up alone takes minutes). The
+clusters are taken down at the end unless they were up before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from dispatch_kubeflow import (
+    Backend,
+    Image,
+    JobID,
+    JobSpec,
+    ObjectState,
+    RuntimeRef,
+    StartRequest,
+)
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube import resources as r
+from tests.cluster.helpers import IMAGE, make_queues
+from tests.multikueue.clusters import CLUSTERS, kubeconfig, mk, up
+
+pytestmark = [pytest.mark.machine, pytest.mark.asyncio]
+
+NS = "mk-flow"
+MANAGER, WORKERS = CLUSTERS[0], CLUSTERS[1:]
+MULTIKUEUE_CHECK = "multikueue"  # deploy/local/multikueue.sh's AdmissionCheck
+SCRIPT = "env | grep '^DISPATCH_' | sort; echo mk-ready; sleep 3"
+
+
+def settings() -> dict[str, Any]:
+    return {
+        "cluster": {"kubeconfig": kubeconfig(MANAGER)},
+        "namespace": NS,
+        "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "kueue": {"localQueue": "lq", "admissionCheck": names.ADMISSION_CHECK,
+                  "multiKueue": {"workers": {w: {"kubeconfig": kubeconfig(w)}
+                                             for w in WORKERS}}},
+        "timeouts": {"request": "10s", "stopJob": "2m", "preflightProbe": "10s"},
+    }
+
+
+@pytest_asyncio.fixture
+async def clusters() -> AsyncIterator[dict[str, Kube]]:
+    """The three clusters up, each with the namespace; the manager's ClusterQueue lists
+    MultiKueue's check and dispatch's, each worker's neither (MultiKueue's remote is not
+    approved there: its A is the manager's)."""
+    was_up = up()
+    mk("up")
+    kubes = {c: await Kube.connect(kubeconfig=kubeconfig(c)) for c in CLUSTERS}
+    try:
+        for c, kube in kubes.items():
+            if await kube.get_or_none(r.NAMESPACE, NS) is None:
+                await kube.create(r.NAMESPACE, {"metadata": {"name": NS}})
+            if await kube.get_or_none(r.CLUSTER_QUEUE, NS) is None:
+                await make_queues(kube, NS, cpu="2", memory="2Gi", checks=[
+                    MULTIKUEUE_CHECK, names.ADMISSION_CHECK] if c == MANAGER else None)
+        yield kubes
+    finally:
+        for kube in kubes.values():
+            for res, name, ns in ((r.CLUSTER_QUEUE, NS, None), (r.NAMESPACE, NS, None)):
+                if await kube.get_or_none(res, name, ns) is not None:
+                    await kube.delete(res, name, ns)
+            await kube.close()
+        if not was_up:
+            mk("down")
+
+
+async def test_a_job_runs_in_a_worker_and_stop_job_proves_every_cluster_empty(
+        clusters: dict[str, Kube]) -> None:
+    async with await Backend.connect(settings()) as b:
+        assert not b.observe_only, b.observe_only_reasons
+        job = JobID.new()
+        spec = JobSpec(["/bin/sh", "-c", SCRIPT], 1,
+                       [Image(IMAGE, "IfNotPresent"),
+                        RuntimeRef("ClusterTrainingRuntime", "dispatch-kind")])
+        ref = await b.start(StartRequest(job, 1, 1, spec))
+        tj = await clusters[MANAGER].get(r.TRAINJOB, ref.name, NS)
+        assert tj["spec"]["managedBy"] == names.MULTIKUEUE_CONTROLLER
+        for w in WORKERS:
+            copy = await clusters[w].get_or_none(r.TRAINING_RUNTIME, ref.name, NS)
+            assert copy is not None, f"no runtime copy in {w}"
+        await b.open(ref)
+        done = await b.wait(ref, ObjectState.SUCCEEDED, ObjectState.FAILED, timeout=300)
+        assert done.state is ObjectState.SUCCEEDED, done
+        obs = await b.inspect(ref)
+        print(f"\nran in {obs.cluster}: {obs}")
+        assert obs.cluster in WORKERS
+        assert obs.admissions == 1
+        async with b.output(job) as log:
+            text = (await log.read()).decode()
+        assert f"DISPATCH_ATTEMPT={job}.1.1.1.0" in text, text
+        assert "mk-ready" in text
+        # No pod of it anywhere but in the worker that ran it.
+        for c, kube in clusters.items():
+            pods, _ = await kube.list(r.POD, NS, label_selector=f"{names.JOB_ID_LABEL}={job}")
+            assert bool(pods) == (c == obs.cluster), (c, [p["metadata"]["name"] for p in pods])
+
+        report = await b.stop_job(job, "the test is done")
+        print(f"StopJob: {len(report.stopped)} stopped, by cluster "
+              f"{sorted({x.cluster or MANAGER for x in report.stopped})}")
+        assert report.complete, report
+        assert {x.cluster for x in report.stopped} >= {"", *WORKERS}  # copies everywhere
+        assert await b.find(job) == ()
