@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -60,9 +59,9 @@ class ObserveMode(Protocol):
 
 
 async def read(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef
-               ) -> tuple[Obj | None, Obj | None, list[Obj], str]:
-    """The job's TrainJob, Workload (the mode's) and pods, as they are now, and the cluster
-    the pods are in (the mode's: "" the backend's own)."""
+               ) -> tuple[Obj | None, Obj | None, list[Obj]]:
+    """The job's TrainJob, Workload (the mode's) and pods, as they are now (the pods where
+    the mode says they are: a MultiKueue worker's)."""
     trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
     pods, _ = await kube.list(POD, ref.namespace,
                               label_selector=names.pods_of(ref.name))
@@ -76,13 +75,12 @@ async def read(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef
                                        label_selector=names.pods_of(ref.name))
         except errors.KubeError as exc:
             raise exc.restated(f"worker {cluster}: {exc}") from None
-    return trainjob, workload, pods, cluster
+    return trainjob, workload, pods
 
 
 async def inspect(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef) -> Observation:
     """The job's state (see :mod:`dispatch_kubeflow.state`). Reads only, in every mode."""
-    trainjob, workload, pods, cluster = await read(kube, mode, ref)
-    return replace(state.observe(trainjob, workload, pods), cluster=cluster)
+    return state.observe(*await read(kube, mode, ref))
 
 
 def subscriptions(mode: ObserveMode, namespace: str, name: str, uid: str
@@ -164,7 +162,6 @@ async def _watch_state(kube: KubeAPI, shared: Informers, mode: ObserveMode, ref:
         pods = list(current[1].values())
         workload = newest_workload(current[2].values()) if len(current) > 2 else None
         obs = state.observe(trainjob, workload, pods)
-        obs = replace(obs, cluster=mode.pods_in(kube, workload)[0])
         until = mode.hold_expiry(trainjob, pods)
         if until is not None:
             left = (until - datetime.now(UTC)).total_seconds()

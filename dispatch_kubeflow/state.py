@@ -67,7 +67,8 @@ Obj = Mapping[str, Any]
 # a pod template mostly, is most of each object). tests/unit/test_state.py records every
 # field observe reads and fails on one not listed here.
 TRAINJOB_READS = ("spec.suspend", "status.conditions")
-WORKLOAD_READS = ("spec.active", "status.conditions", "status.admissionChecks")
+WORKLOAD_READS = ("spec.active", "status.conditions", "status.admissionChecks",
+                  "status.clusterName")
 POD_READS = ("status.phase",)
 
 
@@ -116,10 +117,14 @@ def observe(trainjob: Obj | None, workload: Obj | None, pods: Sequence[Obj]) -> 
                            pods=n_pods, restarts=j, pods_running=running)
     a = admissions(trainjob)
 
+    # MultiKueue: the worker the Workload was dispatched to ("" in any other mode).
+    cluster = str(((workload or {}).get("status") or {}).get("clusterName") or "")
+
     def obs(state: ObjectState, detail: str = "", reason: str = "", hold: int = 0,
             until: datetime | None = None) -> Observation:
         return Observation(state, Cause(detail, reason), hold_instance=hold, hold_until=until,
-                           admissions=a, restarts=j, pods=n_pods, pods_running=running)
+                           admissions=a, restarts=j, pods=n_pods, pods_running=running,
+                           cluster=cluster)
 
     if meta(trainjob).get("deletionTimestamp"):
         return obs(ObjectState.GONE, _left("TrainJob is being deleted", n_pods), "Deleting")

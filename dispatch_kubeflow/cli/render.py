@@ -20,8 +20,9 @@ from dispatch_kubeflow.model import CapabilityStatus, ObjectRef, Observation, St
 JOB_COLUMNS: tuple[tuple[str, int], ...] = (
     ("JOB", 26), ("SUB", 3), ("ATTEMPT", 7), ("STATE", 9), ("PODS", 5), ("A", 3), ("J", 3),
     ("HOLD", 4), ("UNTIL", 20), ("AGE", 5), ("CAUSE", 0))
-WIDE_COLUMNS: tuple[tuple[str, int], ...] = (("TRAINJOB", 32), ("EPOCH", 8))
-"""What ``-o wide`` adds before CAUSE: the TrainJob and the current execution's epoch."""
+WIDE_COLUMNS: tuple[tuple[str, int], ...] = (("TRAINJOB", 32), ("EPOCH", 8), ("WORKER", 12))
+"""What ``-o wide`` adds before CAUSE: the TrainJob, the current execution's epoch, and the
+MultiKueue worker it was dispatched to (``-`` in the other modes, or not yet dispatched)."""
 NAME_PREFIX = "trainjob.trainer.kubeflow.org/"  # what kubectl get trainjob -o name prints
 
 
@@ -68,7 +69,8 @@ def job_cells(j: JobInfo, now: datetime | None = None, *, wide: bool = False,
     cells = [str(j.job), str(j.submission), str(j.attempt), o.state.value,
              f"{o.pods_running}/{o.pods}", str(o.admissions), str(o.restarts),
              str(o.hold_instance) if o.hold_instance else "-", when(o.hold_until) or "-",
-             age(j.created, now), *((j.ref.name, epoch_of(j)) if wide else ()), cause(o)]
+             age(j.created, now), *((j.ref.name, epoch_of(j), o.cluster or "-") if wide else ()),
+             cause(o)]
     return [j.ref.namespace, *cells] if namespace else cells
 
 
@@ -99,7 +101,7 @@ def job_data(j: JobInfo) -> dict[str, Any]:
         "state": o.state.value, "cause": {"reason": o.cause.reason, "detail": o.cause.detail},
         "hold": {"instance": o.hold_instance, "until": when(o.hold_until) or None},
         "admissions": o.admissions, "restarts": o.restarts, "pods": o.pods,
-        "podsRunning": o.pods_running,
+        "podsRunning": o.pods_running, "worker": o.cluster or None,
     }
 
 

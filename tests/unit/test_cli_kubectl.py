@@ -204,8 +204,9 @@ def test_get_all_namespaces_wide_name_and_no_headers(
     rc, out, _ = ran(capsys, ["get", "-o", "wide"])
     header, row = out.splitlines()
     assert header.split() == ["JOB", "SUB", "ATTEMPT", "STATE", "PODS", "A", "J", "HOLD",
-                              "UNTIL", "AGE", "TRAINJOB", "EPOCH", "CAUSE"]
-    assert row.split()[10:12] == [f"dj-{JOB.lower()}-s1", "1000000"]
+                              "UNTIL", "AGE", "TRAINJOB", "EPOCH", "WORKER", "CAUSE"]
+    # No MultiKueue worker: "-", as kubectl's NODE of an unscheduled pod says none.
+    assert row.split()[10:13] == [f"dj-{JOB.lower()}-s1", "1000000", "-"]
     rc, out, _ = ran(capsys, ["get", "--no-headers"])
     assert [line.split()[0] for line in out.splitlines()] == [JOB]
 

@@ -187,7 +187,9 @@ async def test_inspect_reads_the_pods_in_the_worker_that_runs_it() -> None:
         assert (before.cluster, before.pods) == ("", 0)  # not dispatched yet
         await worker_runs_it(c, c.w1, "w1")
         obs = await b.inspect(f"{NS}/{TJ}")
+        listed = await b.jobs()  # what kubectl dispatch get prints (-o wide: WORKER)
     assert obs.cluster == "w1"
+    assert [j.observation.cluster for j in listed] == ["w1"]
     assert (obs.state.value, obs.pods, obs.pods_running) == ("running", 2, 2)
 
 
