@@ -4,10 +4,10 @@ A backend chooses its mode once, when it opens (:func:`dispatch_kubeflow.backend
 :class:`~dispatch_kubeflow.mode_multikueue.MultiKueueMode` when the settings' ``kueue``
 section has a ``multiKueue`` one (Kueue mode in a manager cluster, the pods in a worker:
 see that module), :class:`~dispatch_kubeflow.mode_kueue.KueueMode` when they have a
-``kueue`` section, :class:`~dispatch_kubeflow.mode_plain.PlainMode` otherwise. Nothing else asks which mode it
-is in: each operation states what it needs of the mode (:class:`~.start.StartMode`,
-:class:`~.observe.ObserveMode`, :class:`~.preflight.mode.PreflightMode`) and :class:`Mode`
-is all of them, with what the backend itself delegates (open, hold, release, and the kinds
+``kueue`` section, :class:`~dispatch_kubeflow.mode_plain.PlainMode` otherwise. Nothing else
+asks which mode it is in: each operation states what it needs of the mode
+(:class:`~.start.StartMode`, :class:`~.observe.ObserveMode`,
+:class:`~.preflight.mode.PreflightMode`) and :class:`Mode` is all of them, with what the backend itself delegates (open, hold, release, and the kinds
 find, StopJob and the job listing read).
 
 What differs (Kueue mode / plain mode):

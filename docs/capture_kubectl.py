@@ -139,8 +139,9 @@ $ kubectl dispatch open {REF}
 $ kubectl dispatch get
 ```
 
-`-o json` and `-o yaml` print the same as data, `-o wide` adds the TrainJob and the
-execution's epoch, `-o name` prints `trainjob.trainer.kubeflow.org/<name>` as kubectl
+`-o json` and `-o yaml` print the same as data, `-o wide` adds the TrainJob, the
+execution's epoch and the MultiKueue worker it runs in (`worker` in the data; `-` outside
+MultiKueue mode), `-o name` prints `trainjob.trainer.kubeflow.org/<name>` as kubectl
 does; `--no-headers` drops the header, `-A` lists every namespace, `get JOB` one job's
 submissions. `-w` prints each job again whenever its row changes, and `gone` when its
 TrainJob disappears.
