@@ -7,8 +7,9 @@ see that module), :class:`~dispatch_kubeflow.mode_kueue.KueueMode` when they hav
 ``kueue`` section, :class:`~dispatch_kubeflow.mode_plain.PlainMode` otherwise. Nothing else
 asks which mode it is in: each operation states what it needs of the mode
 (:class:`~.start.StartMode`, :class:`~.observe.ObserveMode`,
-:class:`~.preflight.mode.PreflightMode`) and :class:`Mode` is all of them, with what the backend itself delegates (open, hold, release, and the kinds
-find, StopJob and the job listing read).
+:class:`~.preflight.mode.PreflightMode`) and :class:`Mode` is all of them, with what the
+backend itself delegates (open, hold, release, and the kinds find, StopJob and the job
+listing read).
 
 What differs (Kueue mode / plain mode):
 
