@@ -109,8 +109,8 @@ class KueueMode:
         return None  # the admission controller releases an expired hold
 
     def pods_in(self, kube: KubeAPI, workload: Mapping[str, Any] | None
-                ) -> tuple[str, KubeAPI | None]:
-        return "", kube  # the backend's own cluster
+                ) -> Mapping[str, KubeAPI]:
+        return {"": kube}  # the backend's own cluster
 
     # --- hold and release -----------------------------------------------------------------
     async def hold(self, kube: KubeAPI, ref: ObjectRef, meta: HoldMeta) -> None:

@@ -12,7 +12,8 @@ approves, held and released. What differs:
   in any worker it is missing from before it removes the gate: MultiKueue may pick any
   worker, and a worker without the copy would refuse the job;
 * the pods are in the worker the Workload names (``status.clusterName``): Inspect reads
-  them there and reports that worker (``Observation.cluster``).
+  them there and reports that worker (``Observation.cluster``); with no worker named (not
+  dispatched yet, or evicted) it reads every worker's.
 
 The workers are the backend's (:mod:`dispatch_kubeflow.workers`); StopJob, find and Output
 go through them as they go through the backend's own cluster. This is the only module that
@@ -121,11 +122,14 @@ class MultiKueueMode(KueueMode):
 
     # --- inspect --------------------------------------------------------------------------
     def pods_in(self, kube: KubeAPI, workload: Mapping[str, Any] | None
-                ) -> tuple[str, KubeAPI | None]:
+                ) -> Mapping[str, KubeAPI]:
         cluster = str(((workload or {}).get("status") or {}).get("clusterName") or "")
-        if not cluster:
-            return "", None  # not dispatched yet: no pod anywhere
-        return cluster, self.workers.get(cluster)
+        if cluster in self.workers:
+            return {cluster: self.workers[cluster]}
+        # Not dispatched, or no longer (evicted: MultiKueue clears the name while the last
+        # execution's pods may still be going), or to a worker the settings do not name:
+        # every worker's pods count, so Inspect never says held while one is left.
+        return self.workers
 
 
 def worker_settings(settings: Settings) -> Mapping[str, ClusterSettings]:

@@ -91,8 +91,8 @@ class PlainMode:
         return obs.hold_until if obs.hold_instance else None
 
     def pods_in(self, kube: KubeAPI, workload: Mapping[str, Any] | None
-                ) -> tuple[str, KubeAPI | None]:
-        return "", kube  # the backend's own cluster
+                ) -> Mapping[str, KubeAPI]:
+        return {"": kube}  # the backend's own cluster
 
     async def release_expired(self, kube: KubeAPI, ref: ObjectRef) -> None:
         """Release the TrainJob's hold, whatever its instance, if it expired. Reads the

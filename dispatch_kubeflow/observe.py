@@ -52,9 +52,9 @@ class ObserveMode(Protocol):
         ...
 
     def pods_in(self, kube: KubeAPI, workload: Mapping[str, Any] | None
-                ) -> tuple[str, KubeAPI | None]:
-        """Where the job's pods are: the cluster ("" the backend's own, ``kube``) and its
-        connection; None when they are nowhere yet (MultiKueue: not dispatched)."""
+                ) -> Mapping[str, KubeAPI]:
+        """Where the job's pods may be: each cluster ("" the backend's own, ``kube``) and
+        its connection (MultiKueue: the worker the Workload names, else every worker)."""
         ...
 
 
@@ -66,15 +66,16 @@ async def read(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef
     pods, _ = await kube.list(POD, ref.namespace,
                               label_selector=names.pods_of(ref.name))
     workload = await mode.workload(kube, trainjob) if trainjob is not None else None
-    cluster, where = mode.pods_in(kube, workload)
-    if where is None:
+    where = mode.pods_in(kube, workload)
+    if where.get("") is not kube:
         pods = []
-    elif where is not kube:
-        try:
-            pods, _ = await where.list(POD, ref.namespace,
-                                       label_selector=names.pods_of(ref.name))
-        except errors.KubeError as exc:
-            raise exc.restated(f"worker {cluster}: {exc}") from None
+        for cluster, wk in where.items():
+            try:
+                found, _ = await wk.list(POD, ref.namespace,
+                                         label_selector=names.pods_of(ref.name))
+            except errors.KubeError as exc:
+                raise exc.restated(f"worker {cluster}: {exc}") from None
+            pods += found
     return trainjob, workload, pods
 
 
@@ -120,10 +121,10 @@ async def wait(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
             await own.close()
     while True:
         found = await _watch_state(kube, shared, mode, ref, want)
-        if found is not None and not found.cluster:
+        if found is not None and set(mode.pods_in(kube, None)) == {""}:
             return found
         if found is not None:
-            # The pods are in a worker (MultiKueue), out of the watches' sight: read them
+            # The pods are in the workers (MultiKueue), out of the watches' sight: read them
             # there, every WORKER_POLL seconds while they alone keep the state from ``want``
             # (a hold's pods still going).
             obs = await inspect(kube, mode, ref)

@@ -6,7 +6,7 @@ Kueue's MultiKueue itself is exercised on the local clusters (tests/multikueue).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -27,10 +27,15 @@ from dispatch_kubeflow.kube.resources import (
 )
 from dispatch_kubeflow.mode_multikueue import MultiKueueMode, worker_settings
 from dispatch_kubeflow.model import (
+    Actor,
+    ActorKind,
+    CallMeta,
+    HoldMeta,
     Image,
     JobID,
     JobSpec,
     ObjectRef,
+    ObjectState,
     RuntimeRef,
     StartRequest,
 )
@@ -191,6 +196,31 @@ async def test_inspect_reads_the_pods_in_the_worker_that_runs_it() -> None:
     assert obs.cluster == "w1"
     assert [j.observation.cluster for j in listed] == ["w1"]
     assert (obs.state.value, obs.pods, obs.pods_running) == ("running", 2, 2)
+
+
+async def test_held_only_once_the_workers_pods_are_gone() -> None:
+    """Evicted by the hold, the Workload names no worker any more while the execution's
+    pods may still be going there: Inspect reads every worker's, and says holding."""
+    c = Clusters()
+    await c.start()
+    await worker_runs_it(c, c.w1, "w1")
+    now = datetime.now(UTC)
+    meta = HoldMeta(1, Actor(ActorKind.HUMAN, "t"), CallMeta(now + timedelta(seconds=30)))
+    async with await backend(c) as b:
+        await b.hold(f"{NS}/{TJ}", meta)
+        # Kueue evicts the deactivated Workload and suspends the TrainJob; MultiKueue clears
+        # the worker's name (written straight into the fake).
+        wl = c.manager.all(WORKLOAD)[0]
+        c.manager.write_now(WORKLOAD, wl["metadata"]["name"], NS, {"status": {
+            "clusterName": None, "conditions": [
+                {"type": "Evicted", "status": "True", "reason": "Deactivated"}]}})
+        c.manager.write_now(TRAINJOB, TJ, NS, {"spec": {"suspend": True}})
+        holding = await b.inspect(f"{NS}/{TJ}")
+        for pod in c.w1.all(POD):
+            await c.w1.delete(POD, pod["metadata"]["name"], NS)
+        held = await b.inspect(f"{NS}/{TJ}")
+    assert (holding.state, holding.pods, holding.cluster) == (ObjectState.HOLDING, 2, "")
+    assert (held.state, held.pods) == (ObjectState.HELD, 0)
 
 
 async def test_output_reads_rank_0_from_the_worker_that_runs_it() -> None:
