@@ -87,10 +87,12 @@ class Workers(Mapping[str, KubeAPI]):
         names = list(self._kubes)
         results = await asyncio.gather(*(fn(n, self._kubes[n]) for n in names),
                                        return_exceptions=True)
+        out: dict[str, T] = {}
         for name, r in zip(names, results, strict=True):
             if isinstance(r, BaseException):
                 raise named(name, r) if isinstance(r, errors.KubeError) else r
-        return dict(zip(names, results, strict=True))  # type: ignore[arg-type]
+            out[name] = r
+        return out
 
 
 def named(worker: str, exc: errors.KubeError) -> errors.KubeError:

@@ -113,3 +113,9 @@ async def test_a_job_runs_in_a_worker_and_stop_job_proves_every_cluster_empty(
         assert report.complete, report
         assert {x.cluster for x in report.stopped} >= {"", *WORKERS}  # copies everywhere
         assert await b.find(job) == ()
+    # Nothing of it in the test's namespace of any cluster: MultiKueue's remote Workload
+    # and TrainJob in the worker too (they carry none of the job's labels but the template's).
+    for c, kube in clusters.items():
+        for res in (r.TRAINJOB, r.WORKLOAD, r.TRAINING_RUNTIME, r.JOBSET, r.POD):
+            items, _ = await kube.list(res, NS)
+            assert items == [], (c, res.plural, [i["metadata"]["name"] for i in items])
