@@ -36,8 +36,9 @@ modes is the mode's, asked once (:class:`~dispatch_kubeflow.preflight.mode.Proof
    so only the admission controller raises A. In plain mode the library raises A itself, so
    both must be admitted. 6. **Workers** (:mod:`.workers`, MultiKueue mode) — every worker
    answers, serves Trainer's, JobSet's and Kueue's APIs, and lets the library put the
-   runtime copy and find, read and delete the job's objects; what one lacks makes the start
-   gate no, naming the worker.
+   runtime copy and find, read and delete the job's objects (else the start gate is no), and
+   its dispatch-admission webhook refuses a dry-run pod of a job that does not exist there
+   (else attempt injection is no); each reason names the worker.
 
 Hold: Kueue mode needs Workloads to be patchable (``spec.active`` and annotations),
 plain mode TrainJobs; Kueue and Trainer themselves do the rest.
@@ -159,14 +160,14 @@ async def run(kube: KubeAPI, settings: Settings, mode: PreflightMode) -> Caps:
         except errors.KubeError as exc:
             caps[Capability.START_GATE] = unknown(f"the start-gate probe failed: {exc}")
 
-    async def workers() -> list[str]:
+    async def workers() -> dict[Capability, list[str]]:
         return await check_workers(proofs.workers, settings.namespace)
 
     _, _, lacking = await asyncio.gather(readmission(), start_gate(), workers())
     for cap, perms in missing.items():
         caps[cap] = no("missing permissions: " + ", ".join(perms))
-    if lacking:
-        caps[Capability.START_GATE] = no("; ".join(lacking))
+    for cap, problems in lacking.items():
+        caps[cap] = no("; ".join(problems))
     return {cap: caps.get(cap, unknown("not checked", CapabilitySource.NOT_CHECKED))
             for cap in ALL}
 

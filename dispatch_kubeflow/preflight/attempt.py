@@ -31,7 +31,7 @@ PROBE_NODE_LABEL = f"{names.DOMAIN}/preflight-probe"
 PROBE_IMAGE = "registry.k8s.io/pause:3.10"
 
 
-def dry_run_pod(settings: Settings, job: JobID, probe_name: str) -> dict[str, Any]:
+def dry_run_pod(job: JobID, probe_name: str) -> dict[str, Any]:
     """A pod labelled as rank 0 of the probe's first execution (pure)."""
     return {
         "metadata": {
@@ -92,7 +92,7 @@ async def refuses_unadmitted(kube: KubeAPI, settings: Settings, job: JobID,
                              probe_name: str) -> str | None:
     """Why the webhook is not the last fence (None: it refused a real pod of the probe)."""
     try:
-        made = await kube.create(POD, dry_run_pod(settings, job, probe_name), settings.namespace)
+        made = await kube.create(POD, dry_run_pod(job, probe_name), settings.namespace)
     except errors.KubeWebhookDenied as exc:
         if exc.webhook == names.WEBHOOK_NAME:
             return None
@@ -117,7 +117,7 @@ async def attempt_injection(kube: KubeAPI, settings: Settings, proofs: Proofs, j
                    f"{SERVICE_ACCOUNT_WAIT:g}s, so no pod can be made there (is the "
                    "controller-manager's serviceaccount controller running?)")
     try:
-        pod = await kube.create(POD, dry_run_pod(settings, job, probe_name), settings.namespace,
+        pod = await kube.create(POD, dry_run_pod(job, probe_name), settings.namespace,
                                 dry_run=True)
     except errors.KubeError as exc:
         return no(f"a dry-run pod of probe TrainJob {probe_name} was refused: {exc}")

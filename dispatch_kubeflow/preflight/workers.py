@@ -1,11 +1,15 @@
-"""Proof 6, MultiKueue mode: every worker can run the job and can be stopped.
+"""Proof 6, MultiKueue mode: every worker can run the job, fences its pods, and can be
+stopped.
 
-Kueue's MultiKueue may dispatch a job to any worker of its config, so each is proved, one at
-a time in parallel: it answers, it serves Trainer's and JobSet's APIs (and Kueue's, which
-made its copy of the job), and the library may do there what it does in a worker — put the
-runtime copy, and find, read and delete everything of the job (StopJob proves a worker
-empty too). What a worker lacks counts for the start gate, naming the worker: Start is
-refused (observe-only) rather than a job dispatched where it could not run or be stopped.
+Kueue's MultiKueue may dispatch a job to any worker of its config, so each is proved, all at
+once: it answers, it serves Trainer's and JobSet's APIs (and Kueue's, which made its copy of
+the job), and the library may do there what it does in a worker — put the runtime copy, and
+find, read and delete everything of the job (StopJob proves a worker empty too); what it
+lacks counts for the start gate. And dispatch-admission's pod webhook guards its pods: a
+server-side dry-run pod labelled as a pod of a job that does not exist there must be refused
+by that webhook (fail-closed: a pod that no approved execution stands behind is never
+made); otherwise attempt injection is no. Each reason names the worker: Start is refused
+(observe-only) rather than a job dispatched where it could not run, be fenced or be stopped.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from collections.abc import Mapping
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.model import Capability
+from dispatch_kubeflow.kube.resources import POD
+from dispatch_kubeflow.model import Capability, JobID
 from dispatch_kubeflow.preflight.access import Permission, check_permissions
+from dispatch_kubeflow.preflight.attempt import dry_run_pod
+from dispatch_kubeflow.preflight.start_gate import PROBE_PREFIX
 from dispatch_kubeflow.preflight.versions import ALWAYS, check_versions
 
 
@@ -35,24 +42,52 @@ def worker_permissions(ns: str) -> list[Permission]:
     out += [Permission(v, "", "pods", ns, sg) for v in ("list", "watch", "delete")]
     out.append(Permission("get", "", "pods", ns, sg, subresource="log"))
     out.append(Permission("create", "events.k8s.io", "events", ns, sg))
+    # The fence's proof: a server-side dry-run pod (nothing is made).
+    out.append(Permission("create", "", "pods", ns, (Capability.ATTEMPT_INJECTION,)))
     return out
 
 
-async def check_workers(workers: Mapping[str, KubeAPI], namespace: str) -> list[str]:
-    """What keeps each worker from running or stopping a job, each naming the worker
-    ([] when every one can)."""
+async def check_workers(workers: Mapping[str, KubeAPI], namespace: str
+                        ) -> dict[Capability, list[str]]:
+    """What keeps each worker from running, fencing or stopping a job, by the capability it
+    takes away, each naming the worker ({} when every one can)."""
+    sg, ai = Capability.START_GATE, Capability.ATTEMPT_INJECTION
 
-    async def one(name: str, wk: KubeAPI) -> list[str]:
+    async def one(name: str, wk: KubeAPI) -> dict[Capability, list[str]]:
         try:
             served = await check_versions(
                 wk, [*ALWAYS, (names.KUEUE_GROUP, names.KUEUE_VERSION)])
             if served:
-                return [f"worker {name}: {p}" for p in served]
+                return {sg: [f"worker {name}: {p}" for p in served]}
             missing = await check_permissions(wk, worker_permissions(namespace))
+            out = {cap: [f"worker {name}: missing permissions: {', '.join(perms)}"]
+                   for cap, perms in missing.items()}
+            if ai not in out:
+                unfenced = await fenced(wk, namespace)
+                if unfenced:
+                    out[ai] = [f"worker {name}: {unfenced}"]
+            return out
         except errors.KubeError as exc:
-            return [f"worker {name}: could not be checked: {exc}"]
-        return [f"worker {name}: missing permissions: {', '.join(perms)}"
-                for perms in missing.values()]
+            return {sg: [f"worker {name}: could not be checked: {exc}"]}
 
-    found = await asyncio.gather(*(one(n, wk) for n, wk in workers.items()))
-    return [p for problems in found for p in problems]
+    merged: dict[Capability, list[str]] = {}
+    for found in await asyncio.gather(*(one(n, wk) for n, wk in workers.items())):
+        for cap, problems in found.items():
+            merged.setdefault(cap, []).extend(problems)
+    return merged
+
+
+async def fenced(kube: KubeAPI, namespace: str) -> str | None:
+    """Why dispatch-admission's pod webhook is not the fence in this worker (None: it refused
+    a dry-run pod of a job that does not exist there)."""
+    job = JobID.new()
+    probe = f"{PROBE_PREFIX}{str(job).lower()}"
+    try:
+        await kube.create(POD, dry_run_pod(job, probe), namespace, dry_run=True)
+    except errors.KubeWebhookDenied as exc:
+        if exc.webhook == names.WEBHOOK_NAME:
+            return None
+        return f"a dry-run dispatch pod was refused, but not by {names.WEBHOOK_NAME}: {exc}"
+    return (f"a dry-run pod of a dispatch job that does not exist there was admitted: "
+            f"dispatch-admission's pod webhook ({names.WEBHOOK_NAME}) does not guard its "
+            "pods; install deploy/admission in its worker mode there")

@@ -17,7 +17,10 @@ STATE = Path(os.environ.get("DISPATCH_STATE_ROOT", "/var/lib/dispatch-local"))
 CLUSTERS = ("mk-manager", "mk-worker1", "mk-worker2")
 
 
-def mk(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> str:
+def mk(*args: str, env: dict[str, str] | None = None, timeout: float | None = None) -> str:
+    # up on a fresh machine builds every component first (about 20 minutes; CI's cluster
+    # tests have built them by the time they run this).
+    timeout = timeout or (2400 if args[:1] == ("up",) else 900)
     done = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
     assert done.returncode == 0, f"multikueue.sh {' '.join(args)}:\n{done.stderr[-3000:]}"

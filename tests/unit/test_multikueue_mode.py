@@ -30,6 +30,7 @@ from dispatch_kubeflow.model import (
     Actor,
     ActorKind,
     CallMeta,
+    Capability,
     HoldMeta,
     Image,
     JobID,
@@ -266,22 +267,44 @@ async def test_a_worker_stop_job_cannot_read_is_unproven_naming_it() -> None:
     assert len(c.w1.all(POD)) == 2  # still there: the report says so rather than "stopped"
 
 
+def webhook_refuses_dispatch_pods(verb: str, res: Resource, name: str) -> None:
+    """dispatch-admission's pod webhook in a worker, as the API server reports its refusal
+    of a pod no approved execution stands behind (tests/cluster prove the real one does)."""
+    if verb == "create" and res is POD:
+        raise errors.KubeWebhookDenied("admission webhook denied the request", status=403,
+                                       reason="Forbidden", webhook=names.WEBHOOK_NAME)
+
+
 async def test_the_preflight_names_what_a_worker_lacks() -> None:
     c = Clusters()
     for k in (c.w1, c.w2):
         k.served = {names.TRAINER_GROUP: [names.TRAINER_VERSION],
                     names.JOBSET_GROUP: [names.JOBSET_VERSION],
                     names.KUEUE_GROUP: [names.KUEUE_VERSION]}
-    assert await check_workers(c.workers, NS) == []
+        k.before = webhook_refuses_dispatch_pods
+    assert await check_workers(c.workers, NS) == {}
+    assert not c.w1.all(POD)  # a dry run: nothing made
+    sg, ai = Capability.START_GATE, Capability.ATTEMPT_INJECTION
     c.w1.denied[("delete", "pods")] = "no"
     c.w2.served.pop(names.TRAINER_GROUP)
     problems = await check_workers(c.workers, NS)
-    assert len(problems) == 2
-    assert problems[0].startswith("worker w1: missing permissions: ")
-    assert "delete pods in ns" in problems[0]
-    assert problems[1].startswith("worker w2: the cluster does not serve trainer")
+    assert list(problems) == [sg]
+    w1, w2 = problems[sg]
+    assert w1.startswith("worker w1: missing permissions: ")
+    assert "delete pods in ns" in w1
+    assert w2.startswith("worker w2: the cluster does not serve trainer")
+    # A worker whose pods no webhook guards: attempt injection is no there, naming it.
+    c.w1.denied.clear()
+    c.w1.before = None
+    problems = await check_workers(c.workers, NS)
+    assert problems[ai] == [
+        "worker w1: a dry-run pod of a dispatch job that does not exist there was admitted: "
+        f"dispatch-admission's pod webhook ({names.WEBHOOK_NAME}) does not guard its pods; "
+        "install deploy/admission in its worker mode there"]
+    assert not c.w1.all(POD)
     c.w2.before = unreachable
-    assert (await check_workers(c.workers, NS))[1].startswith(
+    assert problems[sg][0].startswith("worker w2: the cluster does not serve")
+    assert (await check_workers(c.workers, NS))[sg][0].startswith(
         "worker w2: could not be checked: ")
 
 

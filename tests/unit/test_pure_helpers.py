@@ -115,7 +115,7 @@ def test_probe_is_closed_and_unschedulable() -> None:
     rj = body["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
         "replicatedJobs"][0]
     assert rj["template"]["spec"]["template"]["spec"]["nodeSelector"]
-    pod = dry_run_pod(SETTINGS, job, body["metadata"]["name"])
+    pod = dry_run_pod(job, body["metadata"]["name"])
     assert pod["metadata"]["labels"][names.JOBSET_NAME_LABEL] == body["metadata"]["name"]
 
 
