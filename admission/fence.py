@@ -144,13 +144,12 @@ class Placement:
     (a cluster without DNS reaches the Service by its ClusterIP); "": the URL's host."""
 
 
-def sidecar_patch(pod: dict[str, Any], place: Placement) -> list[dict[str, Any]]:
-    """JSONPatch ops putting the fence in ``pod``: first of its init containers, as a native
-    sidecar (restartPolicy Always) whose startup probe holds every other container back
-    until the first answer, with the pod's processes in one namespace so that it can stop
-    them. A pod that brings a container of that name already is refused by the caller
-    (:func:`claims_the_fence`)."""
-    spec = pod.get("spec") or {}
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where the API server's ServiceAccount admission mounts a pod's API token."""
+
+
+def fence_parts(place: Placement) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fence's container and its token's volume, as the webhook puts them."""
     fence = {
         "name": names.FENCE_CONTAINER,
         "image": place.image,
@@ -176,6 +175,17 @@ def sidecar_patch(pod: dict[str, Any], place: Placement) -> list[dict[str, Any]]
     volume = {"name": names.FENCE_CONTAINER, "projected": {"sources": [
         {"serviceAccountToken": {"audience": AUDIENCE, "expirationSeconds": 3600,
                                  "path": "token"}}]}}
+    return fence, volume
+
+
+def sidecar_patch(pod: dict[str, Any], place: Placement) -> list[dict[str, Any]]:
+    """JSONPatch ops putting the fence in ``pod``: first of its init containers, as a native
+    sidecar (restartPolicy Always) whose startup probe holds every other container back
+    until the first answer, with the pod's processes in one namespace so that it can stop
+    them. A pod that brings a container of that name already is refused by the caller
+    (:func:`claims_the_fence`), unless it is this webhook's own (:func:`fence_is_ours`)."""
+    spec = pod.get("spec") or {}
+    fence, volume = fence_parts(place)
     ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/shareProcessNamespace",
                                   "value": True}]
     if spec.get("initContainers"):
@@ -197,6 +207,56 @@ def claims_the_fence(pod: dict[str, Any]) -> bool:
              for c in spec.get(f) or []]
     named += [v.get("name") for v in spec.get("volumes") or []]
     return names.FENCE_CONTAINER in named
+
+
+def fence_is_ours(pod: dict[str, Any], place: Placement) -> bool:
+    """Whether what ``pod`` brings under the fence's name is exactly what this webhook puts
+    (as the API server stores it: every field the webhook sets as it set it, defaults
+    added): the pod as this webhook left it, handed back by a reinvocation
+    (``reinvocationPolicy: IfNeeded``, after another webhook changed the pod). Anything
+    else under that name (another image, agent, CA, command, a container among the pod's
+    own) is not, and is refused."""
+    return not fence_differs(pod, place)
+
+
+def fence_differs(pod: dict[str, Any], place: Placement) -> str:
+    """Where what ``pod`` brings under the fence's name differs from this webhook's fence
+    ("" where it does not: see :func:`fence_is_ours`)."""
+    spec = pod.get("spec") or {}
+    fence, volume = fence_parts(place)
+    inits = [c for c in spec.get("initContainers") or [] if c.get("name") == fence["name"]]
+    if any(c.get("name") == fence["name"] for c in spec.get("containers") or []):
+        return "a container of the pod's own"
+    vols = [v for v in spec.get("volumes") or [] if v.get("name") == volume["name"]]
+    if len(inits) != 1 or len(vols) != 1:
+        return "not one init container and one volume"
+    if spec.get("shareProcessNamespace") is not True:
+        return "spec.shareProcessNamespace"
+    # The API server's ServiceAccount admission mounts the pod's API token into every
+    # container, the fence's too, before this webhook is called again; nothing else may be
+    # added (a mount over the fence's own code, a variable that changes what it loads).
+    init = {**inits[0], "volumeMounts": [
+        m for m in inits[0].get("volumeMounts") or []
+        if m.get("mountPath") != SERVICE_ACCOUNT_MOUNT]}
+    return (_differs(fence, init, "the init container") or
+            _differs(volume, vols[0], "the volume"))
+
+
+def _differs(ours: Any, theirs: Any, at: str) -> str:
+    """Where ``theirs`` lacks a field of ``ours`` or holds another value ("" nowhere;
+    ``theirs`` may have more: the API server's defaults)."""
+    if isinstance(ours, dict):
+        if not isinstance(theirs, dict):
+            return at
+        return next((d for k, v in ours.items()
+                     if (d := (_differs(v, theirs[k], f"{at}.{k}") if k in theirs
+                               else f"{at}.{k}"))), "")
+    if isinstance(ours, list):
+        if not isinstance(theirs, list) or len(ours) != len(theirs):
+            return at
+        return next((d for i, (a, b) in enumerate(zip(ours, theirs, strict=True))
+                     if (d := _differs(a, b, f"{at}[{i}]"))), "")
+    return "" if ours == theirs else at
 
 
 def carries_the_fence(pod: dict[str, Any]) -> bool:

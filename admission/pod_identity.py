@@ -32,7 +32,14 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.fence import Placement, carries_the_fence, claims_the_fence, sidecar_patch
+from admission.fence import (
+    Placement,
+    carries_the_fence,
+    claims_the_fence,
+    fence_differs,
+    fence_is_ours,
+    sidecar_patch,
+)
 from admission.observability import Metrics, parse_listen
 from admission.webhook_config import PATH
 from dispatch_kubeflow.core import errors, names
@@ -196,7 +203,9 @@ async def review(request: Obj, get_trainjob: Callable[[str, str], Awaitable[Obj 
         gate = gate_op(pod)
         # The fence last: it puts its container first of the init containers, which the
         # identity's ops address by their index before it.
-        fence = sidecar_patch(pod, worker.placement) if remote and worker is not None else []
+        # Called again (another webhook changed the pod since), the fence is there already.
+        fence = sidecar_patch(pod, worker.placement) if (
+            remote and worker is not None and not fence_is_ours(pod, worker.placement)) else []
         return review_response(uid, patch=env_patch(pod, ident) + ([gate] if gate else [])
                                + fence)
     except Denied as exc:
@@ -212,9 +221,11 @@ def _may_run_here(pod: Obj, namespace: str, name: str, worker: WorkerSide | None
                      f"({names.MULTIKUEUE_ORIGIN_LABEL}), and this dispatch-admission does "
                      "not run as a MultiKueue worker: nothing here could fence its pods "
                      "(docs/multikueue-fence.md)")
-    if not lift and claims_the_fence(pod):
+    differs = fence_differs(pod, worker.placement) if claims_the_fence(pod) else ""
+    if not lift and differs:
         raise Denied(f"the pod brings a container or volume named {names.FENCE_CONTAINER}, "
-                     "which only the worker's webhook may put in a pod")
+                     f"which only the worker's webhook may put in a pod (not its own: "
+                     f"{differs})")
     if lift and not carries_the_fence(pod):
         raise Denied(f"the pod has no {names.FENCE_CONTAINER} (made before this worker's "
                      "webhook fenced MultiKueue jobs): it may not start")

@@ -543,6 +543,10 @@ dispatch_modes() { # dispatch-admission in its MultiKueue modes (docs/multikueue
     apply_mode "$i" multikueue-worker \
       "- {op: add, path: /spec/template/spec/containers/0/args/-, value: --agent-url=https://$ip:9444}" \
       "- {op: add, path: /spec/template/spec/containers/0/args/-, value: --agent-server-name=dispatch-admission.dispatch-system.svc}"
+    # The manager's Kueue creates its copy of each TrainJob here, the manager's A and all:
+    # the A policy lets its identity here do that, and nothing more (key remotes).
+    printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dispatch-admission-count-kueue, namespace: dispatch-system}\ndata:\n  remotes: |\n    system:serviceaccount:%s:%s\n' "$SA_NS" "$SA" \
+      | apply_yaml "$wk" "$w: ConfigMap dispatch-system/dispatch-admission-count-kueue (remotes)"
   done
 }
 

@@ -10,6 +10,8 @@ clusters are taken down at the end unless they were up before.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,11 +26,12 @@ from dispatch_kubeflow import (
     ObjectState,
     RuntimeRef,
     StartRequest,
+    errors,
 )
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
-from tests.cluster.helpers import IMAGE, make_queues
+from tests.cluster.helpers import IMAGE, eventually, make_queues
 from tests.multikueue.clusters import CLUSTERS, kubeconfig, mk, up
 
 pytestmark = [pytest.mark.machine, pytest.mark.asyncio]
@@ -61,20 +64,32 @@ async def clusters() -> AsyncIterator[dict[str, Kube]]:
     kubes = {c: await Kube.connect(kubeconfig=kubeconfig(c)) for c in CLUSTERS}
     try:
         for c, kube in kubes.items():
-            if await kube.get_or_none(r.NAMESPACE, NS) is None:
-                await kube.create(r.NAMESPACE, {"metadata": {"name": NS}})
-            if await kube.get_or_none(r.CLUSTER_QUEUE, NS) is None:
-                await make_queues(kube, NS, cpu="2", memory="2Gi", checks=[
-                    MULTIKUEUE_CHECK, names.ADMISSION_CHECK] if c == MANAGER else None)
+            await gone(kube)  # an earlier run's, still being deleted
+            await kube.create(r.NAMESPACE, {"metadata": {"name": NS}})
+            await make_queues(kube, NS, cpu="2", memory="2Gi", checks=[
+                MULTIKUEUE_CHECK, names.ADMISSION_CHECK] if c == MANAGER else None)
         yield kubes
     finally:
         for kube in kubes.values():
-            for res, name, ns in ((r.CLUSTER_QUEUE, NS, None), (r.NAMESPACE, NS, None)):
-                if await kube.get_or_none(res, name, ns) is not None:
-                    await kube.delete(res, name, ns)
+            await gone(kube)
             await kube.close()
         if not was_up:
             mk("down")
+
+
+async def gone(kube: Kube) -> None:
+    """The test's namespace and ClusterQueue deleted, and waited for until they are gone."""
+    # The namespace first: a ClusterQueue is held (finalizer) while Workloads of it exist.
+    for res, name in ((r.NAMESPACE, NS), (r.CLUSTER_QUEUE, NS)):
+        if await kube.get_or_none(res, name) is not None:
+            with contextlib.suppress(errors.KubeNotFound):
+                await kube.delete(res, name)
+        await eventually(functools.partial(absent, kube, res, name), 180,
+                         f"{res.kind} {name} gone")
+
+
+async def absent(kube: Kube, res: r.Resource, name: str) -> bool:
+    return await kube.get_or_none(res, name) is None
 
 
 async def test_a_job_runs_in_a_worker_and_stop_job_proves_every_cluster_empty(

@@ -117,6 +117,52 @@ async def test_a_pod_that_brings_its_own_fence_is_refused() -> None:
     assert "only the worker's webhook" in resp["status"]["message"]
 
 
+def as_stored(p: Obj) -> Obj:
+    """``p`` as the API server hands it to a webhook it calls again: its defaults filled in
+    (a container's termination message, pull policy, a probe's timeout)."""
+    out = copy.deepcopy(p)
+    for c in out["spec"].get("initContainers", []) + out["spec"]["containers"]:
+        c.setdefault("terminationMessagePath", "/dev/termination-log")
+        c.setdefault("imagePullPolicy", "IfNotPresent")
+        if "startupProbe" in c:
+            c["startupProbe"].update(timeoutSeconds=1, successThreshold=1)
+        # The ServiceAccount admission plugin's token, in every container.
+        c.setdefault("volumeMounts", []).append({
+            "name": "kube-api-access-x7k2p", "readOnly": True,
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
+    return out
+
+
+async def test_called_again_the_webhook_keeps_its_own_fence() -> None:
+    """reinvocationPolicy IfNeeded: after another webhook changed the pod, the API server
+    calls this one again with the pod as this one left it. Seen on the local MultiKueue
+    clusters: the worker refused every pod of a remote (the Job's FailedCreate) because it
+    took its own fence for one the pod brought."""
+    p = pod()
+    first = as_stored(patched(p, await judge(p, remote(), worker())))
+    again = await judge(first, remote(), worker())
+    assert again["allowed"], again
+    made = patched(first, again) if again.get("patch") else first
+    fences = [c for c in made["spec"]["initContainers"] if c["name"] == names.FENCE_CONTAINER]
+    assert len(fences) == 1  # not put twice
+    assert [v["name"] for v in made["spec"]["volumes"]].count(names.FENCE_CONTAINER) == 1
+    assert env(made["spec"]["containers"][0])["DISPATCH_ATTEMPT"] == "01JOB.1.1.3.0"
+
+
+async def test_a_fence_that_is_not_this_webhooks_is_refused_even_called_again() -> None:
+    p = pod()
+    first = as_stored(patched(p, await judge(p, remote(), worker())))
+    mounts = first["spec"]["initContainers"][0]["volumeMounts"]
+    for forge in ({"image": "attacker/fence:1"},
+                  {"env": [{"name": "DISPATCH_FENCE_AGENT", "value": "https://elsewhere"}]},
+                  {"volumeMounts": [*mounts, {"name": "code", "mountPath": "/venv"}]}):
+        forged = copy.deepcopy(first)
+        forged["spec"]["initContainers"][0].update(forge)
+        resp = await judge(forged, remote(), worker())
+        assert not resp["allowed"], forge
+        assert "only the worker's webhook" in resp["status"]["message"]
+
+
 async def test_a_local_job_in_a_worker_is_judged_as_before_without_a_fence() -> None:
     tj = trainjob("1")
     resp = await judge(pod(), tj, worker(holds=False))
