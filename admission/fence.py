@@ -306,7 +306,17 @@ async def _ask_agent(agent: str, ca: str, timeout: float, server_name: str = "")
             body = await resp.json()
     except aiohttp.ClientError as exc:
         raise OSError(f"cannot reach the agent at {agent}: {exc}") from exc
-    return float(body.get("seconds") or 0.0)
+    seconds = float(body.get("seconds") or 0.0)
+    reason = str(body.get("reason") or "")
+    if seconds <= 0 and reason != _last_refusal[0]:
+        # Asked every second until it says yes: each reason once, not each time.
+        log.info("the agent said no: %s", reason or "(no reason given)")
+    _last_refusal[0] = reason if seconds <= 0 else ""
+    return seconds
+
+
+_last_refusal = [""]
+"""The agent's last refusal this fence logged (one fence a process)."""
 
 
 async def _serve(fence: Fence) -> None:

@@ -69,6 +69,10 @@ class Answer:
     reason: str = ""
 
 
+REFUSALS_KEPT = 10_000
+"""How many refused pods' last reasons are kept (to log each once)."""
+
+
 class PermitAnswers:
     """The agent's answers for the worker ``cluster``: ``worker`` and ``manager`` are
     clients of the two API servers, ``permit`` this replica's renewal of the permit."""
@@ -80,6 +84,8 @@ class PermitAnswers:
         self._clock = clock
         self._current: dict[str, float] = {}
         """Pods (by UID) confirmed current, and when each last asked (this clock)."""
+        self._refused: dict[str, str] = {}
+        """Pods (by UID) refused, and the last reason logged for each."""
 
     async def answer(self, namespace: str, pod_uid: str, trainjob: str,
                      admission: int) -> Answer:
@@ -92,15 +98,29 @@ class PermitAnswers:
             self._current[pod_uid] = now
             return self._left()
         if self.permit.left() <= 0:
-            return Answer(0.0, f"worker {self.cluster} holds no permit from the manager")
+            return self._no(pod_uid, namespace, trainjob,
+                            f"worker {self.cluster} holds no permit from the manager")
         try:
             why = await self._refusal(namespace, trainjob, admission)
         except errors.KubeError as exc:
-            return Answer(0.0, f"cannot read the job in the manager: {exc}")
+            return self._no(pod_uid, namespace, trainjob,
+                            f"cannot read the job in the manager: {exc}")
         if why:
-            return Answer(0.0, why)
+            return self._no(pod_uid, namespace, trainjob, why)
+        self._refused.pop(pod_uid, None)
         self._current[pod_uid] = now
         return self._left()
+
+    def _no(self, pod_uid: str, namespace: str, trainjob: str, why: str) -> Answer:
+        """A refused first question, logged once a pod and reason: its fence asks again
+        every second, and a pod that waits must say why somewhere."""
+        if self._refused.get(pod_uid) != why:
+            if len(self._refused) >= REFUSALS_KEPT:
+                self._refused.clear()  # a bound, not a history: at worst one line again
+            self._refused[pod_uid] = why
+            log.warning("worker %s: a pod of TrainJob %s/%s may not start: %s",
+                        self.cluster, namespace, trainjob, why)
+        return Answer(0.0, why)
 
     async def question(self, token: str) -> Answer:
         """The answer to a question carrying ``token``; NotAPod when the token names no

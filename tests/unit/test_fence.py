@@ -254,6 +254,30 @@ async def test_a_question_shows_the_pods_token_and_reads_the_seconds(
         await fence_module._ask_agent(url, ca, 5)
 
 
+async def test_the_fence_says_why_the_agent_said_no_once_a_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A fence the agent keeps refusing asks every second; its log (kubectl logs -c
+    dispatch-fence) must say why, but not every second. On the local MultiKueue clusters
+    a refused fence logged nothing at all, and the pod waited with no word why."""
+    (tmp_path / "token").write_text("tok-1\n")
+    monkeypatch.setattr(fence_module, "TOKEN_DIR", str(tmp_path))
+    reasons = ["worker w1 holds no permit", "worker w1 holds no permit", "not current"]
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"seconds": 0, "reason": reasons.pop(0)})
+    runner, url, ca = await agent_server(handler)
+    try:
+        with caplog.at_level("INFO", logger=fence_module.__name__):
+            for _ in range(3):
+                assert await fence_module._ask_agent(url, ca, 5) == 0.0
+    finally:
+        await runner.cleanup()
+    said = [r.getMessage() for r in caplog.records if "said no" in r.getMessage()]
+    assert said == ["the agent said no: worker w1 holds no permit",
+                    "the agent said no: not current"]
+
+
 async def test_a_door_reached_by_address_is_checked_against_its_services_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A cluster without DNS: the fence dials the Service's address, and checks the door's

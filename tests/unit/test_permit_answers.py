@@ -155,6 +155,22 @@ async def test_an_unreadable_manager_gives_no_start_and_no_confirmation() -> Non
     assert (await agent.answer(NS, "pod-1", "dj-abc-s1", 2)).seconds == 0
 
 
+async def test_a_refusal_is_logged_once_a_pod_and_reason(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A refused fence asks every second: the agent's log says why once for each pod and
+    reason, not each time."""
+    _, _, clock, agent = await world()
+    clock.now += LENGTH  # no permit
+    with caplog.at_level("WARNING", logger="admission.permit_answers"):
+        for _ in range(3):
+            assert (await agent.answer(NS, "pod-1", "dj-abc-s1", 2)).seconds == 0
+        await agent.answer(NS, "pod-2", "dj-abc-s1", 2)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert said[0] == (f"worker {agent.cluster}: a pod of TrainJob {NS}/dj-abc-s1 may not "
+                       f"start: worker {agent.cluster} holds no permit from the manager")
+
+
 async def test_a_pod_silent_for_a_whole_permit_is_confirmed_again() -> None:
     manager, _, clock, agent = await world()
     assert (await agent.answer(NS, "pod-1", "dj-abc-s1", 2)).seconds > 0
