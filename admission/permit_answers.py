@@ -33,12 +33,13 @@ from aiohttp import web
 from admission.fence import AUDIENCE
 from admission.observability import parse_listen
 from admission.permit_renewal import PermitRenewal
+from admission.reads import pod_named
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.execution import execution_of
 from dispatch_kubeflow.core.objects import annotations_of, labels_of, meta
 from dispatch_kubeflow.core.permit import refusal
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import POD, TOKEN_REVIEW, TRAINJOB, WORKLOAD
+from dispatch_kubeflow.kube.resources import TOKEN_REVIEW, TRAINJOB, WORKLOAD
 
 log = logging.getLogger(__name__)
 
@@ -98,28 +99,27 @@ class PermitAnswers:
             self._current[pod_uid] = now
             return self._left()
         if self.permit.left() <= 0:
-            return self._no(pod_uid, namespace, trainjob,
+            return self._no(pod_uid, f"a pod of TrainJob {namespace}/{trainjob}",
                             f"worker {self.cluster} holds no permit from the manager")
         try:
             why = await self._refusal(namespace, trainjob, admission)
         except errors.KubeError as exc:
-            return self._no(pod_uid, namespace, trainjob,
+            return self._no(pod_uid, f"a pod of TrainJob {namespace}/{trainjob}",
                             f"cannot read the job in the manager: {exc}")
         if why:
-            return self._no(pod_uid, namespace, trainjob, why)
+            return self._no(pod_uid, f"a pod of TrainJob {namespace}/{trainjob}", why)
         self._refused.pop(pod_uid, None)
         self._current[pod_uid] = now
         return self._left()
 
-    def _no(self, pod_uid: str, namespace: str, trainjob: str, why: str) -> Answer:
+    def _no(self, pod_uid: str, who: str, why: str) -> Answer:
         """A refused first question, logged once a pod and reason: its fence asks again
         every second, and a pod that waits must say why somewhere."""
         if self._refused.get(pod_uid) != why:
             if len(self._refused) >= REFUSALS_KEPT:
                 self._refused.clear()  # a bound, not a history: at worst one line again
             self._refused[pod_uid] = why
-            log.warning("worker %s: a pod of TrainJob %s/%s may not start: %s",
-                        self.cluster, namespace, trainjob, why)
+            log.warning("worker %s: %s may not start: %s", self.cluster, who, why)
         return Answer(0.0, why)
 
     async def question(self, token: str) -> Answer:
@@ -127,9 +127,10 @@ class PermitAnswers:
         dispatch pod of this worker, the job's pod by that UID."""
         asking = await self.asking(token)
         try:
-            pod = await self.worker.get_or_none(POD, asking.name, asking.namespace)
+            pod = await pod_named(self.worker, asking.namespace, asking.name)
         except errors.KubeError as exc:
-            return Answer(0.0, f"cannot read the pod in worker {self.cluster}: {exc}")
+            return self._no(asking.uid, f"pod {asking.namespace}/{asking.name}",
+                            f"cannot read the pod in worker {self.cluster}: {exc}")
         if pod is None or str(meta(pod).get("uid") or "") != asking.uid:
             raise NotAPod(f"pod {asking.namespace}/{asking.name} ({asking.uid}) is gone")
         labels = labels_of(pod)

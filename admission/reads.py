@@ -15,9 +15,17 @@ from admission.intake import Caches, Obj, key_of
 from dispatch_kubeflow.core.execution import approved_jobset
 from dispatch_kubeflow.core.objects import controller_uid, meta
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import JOBSET, TRAINJOB, WORKLOAD
+from dispatch_kubeflow.kube.resources import JOBSET, POD, TRAINJOB, WORKLOAD
 
 log = logging.getLogger(__name__)
+
+
+async def pod_named(kube: KubeAPI, namespace: str, name: str) -> Obj | None:
+    """The pod ``name``, or None: a list by name, not a get. The controller's RBAC lists
+    and watches pods (its watch, the live count) and grants no get, and a get it was never
+    given crash-looped the worker replicas and told every fence no on the clusters."""
+    pods, _ = await kube.list(POD, namespace, field_selector=f"metadata.name={name}")
+    return pods[0] if pods else None
 
 
 class Reads:

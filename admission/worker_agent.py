@@ -15,11 +15,11 @@ from admission.fence import Placement
 from admission.permit_answers import Door, PermitAnswers
 from admission.permit_renewal import PermitRenewal
 from admission.pod_identity import WorkerSide
+from admission.reads import pod_named
 from dispatch_kubeflow.core import errors
 from dispatch_kubeflow.core.objects import meta
 from dispatch_kubeflow.core.permit import DEFAULT_LENGTH
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import POD
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +80,12 @@ async def own_image(kube: KubeAPI, namespace: str, pod_name: str) -> str:
     """This replica's image, read from its own pod: the fence runs the same package, so it
     is always the version of the webhook that put it in. A SettingsError when the pod cannot
     be read (a replica outside the cluster must be given ``--fence-image``)."""
-    # A list by name, not a get: the controller's RBAC lists pods (its watch, the live
-    # count) and has no reason to get them.
     try:
-        pods, _ = await kube.list(POD, namespace, field_selector=f"metadata.name={pod_name}")
+        pod = await pod_named(kube, namespace, pod_name)
     except errors.KubeError as exc:
         raise errors.SettingsError(f"--fence-image: cannot read this replica's pod "
                                    f"{namespace}/{pod_name}: {exc}",
                                    field="--fence-image") from exc
-    pod = pods[0] if pods else None
     containers = ((pod or {}).get("spec") or {}).get("containers") or []
     if not containers or not containers[0].get("image"):
         raise errors.SettingsError(

@@ -33,6 +33,7 @@ from dispatch_kubeflow.kube.resources import (
     Resource,
 )
 from tests.unit.fake_kube import FakeKube
+from tests.unit.shipped_rbac import shipped_rbac
 
 pytestmark = pytest.mark.asyncio
 NS = "team-a"
@@ -236,6 +237,15 @@ async def door(a: int = 2, pod_a: int = 2, *, identity: bool = True
     permit = PermitRenewal(manager, "w1", "agent-1", length=LENGTH, clock=clock)
     assert await permit.renew_once()
     return worker, PermitAnswers(manager, worker, permit, "w1", clock=clock), uid
+
+
+async def test_the_agent_answers_with_the_rbac_it_ships_with() -> None:
+    """Seen on the local MultiKueue clusters: the agent's get of the asking pod was
+    forbidden (the ClusterRole lists and watches pods, and grants no get), so every fence
+    was told no and no pod of a MultiKueue job ever started."""
+    worker, agent, _ = await door()
+    worker.before = shipped_rbac("rbac.yaml", "multikueue-worker/tokenreview-rbac.yaml")
+    assert (await agent.question("good")).seconds == LENGTH
 
 
 async def test_a_pods_own_token_gets_its_answer() -> None:

@@ -5,20 +5,18 @@ door answers over TLS, and the CLI refuses incomplete worker flags."""
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from admission import cli, tls
 from admission.worker_agent import WorkerAgent, WorkerConfig, own_image
 from dispatch_kubeflow.core import errors, names
 from dispatch_kubeflow.core.permit import lease_name
 from dispatch_kubeflow.kube.resources import LEASE, POD
-from tests.conftest import REPO
 from tests.unit.fake_kube import FakeKube
+from tests.unit.shipped_rbac import shipped_rbac
 from tests.unit.test_admission_operator import _free_ports
 
 NS = names.CONTROLLER_NAMESPACE
@@ -50,23 +48,6 @@ async def test_the_webhooks_permit_check_follows_this_replicas_renewal() -> None
     assert side.holds_permit()
     agent.renewal.permit.revoked()
     assert not side.holds_permit()
-
-
-def shipped_rbac(*manifests: str) -> Callable[[str, object, str], None]:
-    """A ``FakeKube.before`` that forbids, as the API server would, every verb the
-    ClusterRoles of these manifests (under deploy/admission) do not grant."""
-    granted: set[tuple[str, str]] = set()
-    for manifest in manifests:
-        for doc in yaml.safe_load_all((REPO / "deploy" / "admission" / manifest).read_text()):
-            if doc and doc["kind"] == "ClusterRole":
-                granted |= {(res, verb) for rule in doc["rules"] for res in rule["resources"]
-                            for verb in rule["verbs"]}
-
-    def check(verb: str, res: object, name: str) -> None:
-        if (getattr(res, "plural", ""), verb) not in granted:
-            raise errors.KubeForbidden(f"{verb} {getattr(res, 'plural', '')} not granted",
-                                       status=403)
-    return check
 
 
 @pytest.mark.asyncio
