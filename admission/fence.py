@@ -118,9 +118,12 @@ class Fence:
 
 # --- its place in a pod (the worker's webhook) ---------------------------------------------
 
-STARTED = "/run/dispatch-fence/started"
+STARTED = "/dev/shm/dispatch-fence-started"
 """Written by the fence once the first positive answer came; its startup probe reads it, and
-the pod's other containers start only after that probe (a native sidecar's)."""
+the pod's other containers start only after that probe (a native sidecar's). In the pod's
+own tmpfs, which every user may write: the fence runs as the image's user (65532), and the
+pod may make its root filesystem read-only. Nothing else of the pod runs before the probe
+passes, so nothing else could write it first."""
 TOKEN_DIR = "/var/run/secrets/dispatch-fence"
 AUDIENCE = "dispatch-fence"
 """The audience of the pod's own ServiceAccount token the fence shows the agent: a token
@@ -328,8 +331,18 @@ async def _serve(fence: Fence) -> None:
 
 
 def _mark_started() -> None:
-    Path(STARTED).parent.mkdir(parents=True, exist_ok=True)
     Path(STARTED).write_text("started\n", encoding="utf-8")
+
+
+def serve_once(fence: Fence) -> None:
+    """Run ``fence`` until it stops the pod's processes; a failure is logged (the caller
+    then keeps the processes stopped, and nothing after would say why)."""
+    with contextlib.suppress(FileNotFoundError):
+        Path(STARTED).unlink()  # a restarted fence starts unanswered
+    try:
+        asyncio.run(_serve(fence))
+    except Exception:
+        log.exception("the fence failed; the pod's processes stay stopped")
 
 
 def _stop() -> None:
@@ -349,7 +362,7 @@ def main() -> None:
     fence = Fence(lambda: _ask_agent(agent, ca, length / 3, server_name), _stop,
                   length=length)
     try:
-        asyncio.run(_serve(fence))
+        serve_once(fence)
     finally:
         # The share ran out, or the fence failed: nothing of this pod runs again. A
         # container its restart policy brings back (after at least the kubelet's 10 s

@@ -212,6 +212,36 @@ async def test_the_stop_kills_every_process_but_the_fence_and_the_pause() -> Non
     assert sent == [(23, signal.SIGKILL), (41, signal.SIGKILL)]
 
 
+async def test_a_fence_that_fails_says_why_before_it_stops_the_pod(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Seen on the local MultiKueue clusters: the fence (user 65532) could not write its
+    startup marker under /run, failed, and kept the pod's processes stopped forever without
+    a line in its log. Now the failure is logged first."""
+    # A marker it cannot write (here: in a directory that does not exist; root, as the
+    # tests run, may write anywhere else).
+    monkeypatch.setattr(fence_module, "STARTED", str(tmp_path / "missing" / "started"))
+
+    async def agent() -> float:
+        return 30.0
+    fence = Fence(agent, lambda: None, length=30.0)
+    with caplog.at_level("ERROR", logger=fence_module.__name__):
+        await asyncio.to_thread(fence_module.serve_once, fence)
+    assert fence.stopped
+    assert [r.getMessage() for r in caplog.records] == [
+        "the fence failed; the pod's processes stay stopped"]
+    assert caplog.records[0].exc_info is not None
+
+
+async def test_the_startup_marker_is_where_any_user_may_write() -> None:
+    """The fence runs as the image's user (65532), in a pod that may make its root
+    filesystem read-only: /dev/shm, the pod's own tmpfs, is writable by all."""
+    assert Path(fence_module.STARTED).parent == Path("/dev/shm")
+    probe = next(c for c in fence_module.fence_parts(PLACE)[0]["startupProbe"]["exec"][
+        "command"] if "exists" in c)
+    assert fence_module.STARTED in probe
+
+
 # --- the question over HTTPS ----------------------------------------------------------------
 
 async def agent_server(handler: Any) -> tuple[web.AppRunner, str, str]:
