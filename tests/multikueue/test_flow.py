@@ -4,8 +4,9 @@ copy in each worker; Open lets MultiKueue dispatch it; it runs in one worker, wh
 carry the identity the manager approved (A = 1); Inspect names that worker and Output reads
 rank 0 there; StopJob proves the manager and both workers empty.
 
-In ``make mk-test`` (not in ``make test``: the clusters' up alone takes minutes). The
-clusters are taken down at the end unless they were up before.
+In ``make test`` (before the setup's own test) and ``make mk-test``: about 30 s with the
+clusters up, plus their up (about 2 minutes warm) and down. The clusters are taken down at
+the end unless they were up before.
 """
 
 from __future__ import annotations
