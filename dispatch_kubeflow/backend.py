@@ -575,7 +575,9 @@ class Backend:
         A, J), then the newest. ``OutputStream.ALL`` is the container's log; ``STDOUT`` and
         ``STDERR`` apart need the API server's feature gate ``PodLogsQuerySplitStreams``:
         without it ``STDOUT`` falls back to the combined log (the stream's ``split`` is
-        False) and ``STDERR`` is an UnsupportedError. Nothing is read until the result is
+        False) and ``STDERR`` is an UnsupportedError. MultiKueue mode: the pods of every
+        worker count, and the log is read from the worker the pod is in, while the job
+        runs (MultiKueue deletes its copy there, pods and all, once the job finishes). Nothing is read until the result is
         awaited or entered; the errors below are raised then.
 
         Args:
