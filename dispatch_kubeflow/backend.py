@@ -577,8 +577,9 @@ class Backend:
         without it ``STDOUT`` falls back to the combined log (the stream's ``split`` is
         False) and ``STDERR`` is an UnsupportedError. MultiKueue mode: the pods of every
         worker count, and the log is read from the worker the pod is in, while the job
-        runs (MultiKueue deletes its copy there, pods and all, once the job finishes). Nothing is read until the result is
-        awaited or entered; the errors below are raised then.
+        runs (MultiKueue deletes its copy there, pods and all, once the job finishes).
+        Nothing is read until the result is awaited or entered; the errors below are
+        raised then.
 
         Args:
             job: The job id, or its text.

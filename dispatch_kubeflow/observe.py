@@ -22,6 +22,7 @@ from dispatch_kubeflow.informer import Feed, Informers
 from dispatch_kubeflow.kube import KubeAPI
 from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.model import ObjectRef, ObjectState, Observation
+from dispatch_kubeflow.workers import named
 
 Obj = dict[str, Any]
 
@@ -63,20 +64,27 @@ async def read(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef
     """The job's TrainJob, Workload (the mode's) and pods, as they are now (the pods where
     the mode says they are: a MultiKueue worker's)."""
     trainjob = await kube.get_or_none(TRAINJOB, ref.name, ref.namespace)
-    pods, _ = await kube.list(POD, ref.namespace,
-                              label_selector=names.pods_of(ref.name))
+    selector = names.pods_of(ref.name)
+    if pods_here(kube, mode):
+        pods, _ = await kube.list(POD, ref.namespace, label_selector=selector)
+        workload = await mode.workload(kube, trainjob) if trainjob is not None else None
+        return trainjob, workload, pods
+    # MultiKueue: the Workload says which worker's pods to read.
     workload = await mode.workload(kube, trainjob) if trainjob is not None else None
-    where = mode.pods_in(kube, workload)
-    if where.get("") is not kube:
-        pods = []
-        for cluster, wk in where.items():
-            try:
-                found, _ = await wk.list(POD, ref.namespace,
-                                         label_selector=names.pods_of(ref.name))
-            except errors.KubeError as exc:
-                raise exc.restated(f"worker {cluster}: {exc}") from None
-            pods += found
+    pods = []
+    for cluster, wk in mode.pods_in(kube, workload).items():
+        try:
+            found, _ = await wk.list(POD, ref.namespace, label_selector=selector)
+        except errors.KubeError as exc:
+            raise named(cluster, exc) from None
+        pods += found
     return trainjob, workload, pods
+
+
+def pods_here(kube: KubeAPI, mode: ObserveMode) -> bool:
+    """Whether the job's pods are in the backend's own cluster (every mode but MultiKueue),
+    where the waits' watches see them."""
+    return set(mode.pods_in(kube, None)) == {""}
 
 
 async def inspect(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef) -> Observation:
@@ -121,7 +129,7 @@ async def wait(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
             await own.close()
     while True:
         found = await _watch_state(kube, shared, mode, ref, want)
-        if found is not None and set(mode.pods_in(kube, None)) == {""}:
+        if found is not None and pods_here(kube, mode):
             return found
         if found is not None:
             # The pods are in the workers (MultiKueue), out of the watches' sight: read them
