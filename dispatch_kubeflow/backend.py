@@ -38,7 +38,7 @@ from dispatch_kubeflow import (
 from dispatch_kubeflow.events import JobEvent
 from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.jobs import JobInfo
-from dispatch_kubeflow.kube import Kube, KubeAPI, oldest_first, transport
+from dispatch_kubeflow.kube import KubeAPI, oldest_first, transport
 from dispatch_kubeflow.mode import Mode
 from dispatch_kubeflow.mode_kueue import KueueMode
 from dispatch_kubeflow.mode_multikueue import MultiKueueMode, worker_settings
@@ -65,7 +65,7 @@ from dispatch_kubeflow.output import LogStream
 from dispatch_kubeflow.preflight import run as run_preflight
 from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.waits import wait_window, within
-from dispatch_kubeflow.workers import NONE, Workers
+from dispatch_kubeflow.workers import NONE, Workers, connect_cluster
 
 log = logging.getLogger(__name__)
 
@@ -171,11 +171,7 @@ class Backend:
         owns = kube is None
         try:
             if kube is None:
-                kube = await Kube.connect(
-                    kubeconfig=cfg.cluster.kubeconfig, context=cfg.cluster.context,
-                    in_cluster=cfg.cluster.in_cluster,
-                    request_timeout=cfg.timeouts.request.total_seconds(),
-                    transient_window=cfg.timeouts.transient.total_seconds())
+                kube = await connect_cluster(cfg.cluster, cfg)
             try:
                 caps = await run_preflight(kube, cfg, mode) if preflight else not_checked()
             except BaseException:

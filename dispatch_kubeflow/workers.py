@@ -52,11 +52,7 @@ class Workers(Mapping[str, KubeAPI]):
         try:
             for name, cluster in workers.items():
                 try:
-                    opened[name] = await Kube.connect(
-                        kubeconfig=cluster.kubeconfig, context=cluster.context,
-                        in_cluster=cluster.in_cluster,
-                        request_timeout=settings.timeouts.request.total_seconds(),
-                        transient_window=settings.timeouts.transient.total_seconds())
+                    opened[name] = await connect_cluster(cluster, settings)
                 except errors.SettingsError as exc:
                     key = exc.field.removeprefix("cluster.")
                     raise errors.SettingsError(
@@ -93,6 +89,16 @@ class Workers(Mapping[str, KubeAPI]):
                 raise named(name, r) if isinstance(r, errors.KubeError) else r
             out[name] = r
         return out
+
+
+async def connect_cluster(cluster: ClusterSettings, settings: Settings) -> Kube:
+    """A connection to ``cluster`` (the backend's own, or a worker) with the settings'
+    request timeout and transient window."""
+    return await Kube.connect(
+        kubeconfig=cluster.kubeconfig, context=cluster.context,
+        in_cluster=cluster.in_cluster,
+        request_timeout=settings.timeouts.request.total_seconds(),
+        transient_window=settings.timeouts.transient.total_seconds())
 
 
 def named(worker: str, exc: errors.KubeError) -> errors.KubeError:
