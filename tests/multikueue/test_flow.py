@@ -5,13 +5,11 @@ carry the identity the manager approved (A = 1); Inspect names that worker and O
 rank 0 there; StopJob proves the manager and both workers empty.
 
 In ``make test`` (before the setup's own test) and ``make mk-test``: about 30 s with the
-clusters up, plus their up (about 2 minutes warm) and down. The clusters are taken down at
-the end unless they were up before.
+clusters up (``mk_up``: up once for the session).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,19 +26,17 @@ from dispatch_kubeflow import (
     Observation,
     RuntimeRef,
     StartRequest,
-    errors,
 )
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
-from tests.cluster.helpers import IMAGE, eventually, make_queues
-from tests.multikueue.clusters import CLUSTERS, kubeconfig, mk, up
+from tests.cluster.helpers import IMAGE, eventually
+from tests.multikueue.clusters import CLUSTERS, kubeconfig, prepared
 
 pytestmark = [pytest.mark.machine, pytest.mark.asyncio]
 
 NS = "mk-flow"
 MANAGER, WORKERS = CLUSTERS[0], CLUSTERS[1:]
-MULTIKUEUE_CHECK = "multikueue"  # deploy/local/multikueue.sh's AdmissionCheck
 SCRIPT = "env | grep '^DISPATCH_' | sort; echo mk-ready; sleep 600"
 
 
@@ -57,37 +53,10 @@ def settings() -> dict[str, Any]:
 
 
 @pytest_asyncio.fixture
-async def clusters() -> AsyncIterator[dict[str, Kube]]:
-    """The three clusters up, each with the namespace; the manager's ClusterQueue lists
-    MultiKueue's check and dispatch's, each worker's neither (MultiKueue's remote is not
-    approved there: its A is the manager's)."""
-    was_up = up()
-    mk("up")
-    kubes = {c: await Kube.connect(kubeconfig=kubeconfig(c)) for c in CLUSTERS}
-    try:
-        for c, kube in kubes.items():
-            await gone(kube)  # an earlier run's, still being deleted
-            await kube.create(r.NAMESPACE, {"metadata": {"name": NS}})
-            await make_queues(kube, NS, cpu="2", memory="2Gi", checks=[
-                MULTIKUEUE_CHECK, names.ADMISSION_CHECK] if c == MANAGER else None)
+async def clusters(mk_up: None) -> AsyncIterator[dict[str, Kube]]:
+    """The three clusters, each with the test's namespace and queues."""
+    async with prepared(NS) as kubes:
         yield kubes
-    finally:
-        for kube in kubes.values():
-            await gone(kube)
-            await kube.close()
-        if not was_up:
-            mk("down")
-
-
-async def gone(kube: Kube) -> None:
-    """The test's namespace and ClusterQueue deleted, and waited for until they are gone."""
-    # The namespace first: a ClusterQueue is held (finalizer) while Workloads of it exist.
-    for res, name in ((r.NAMESPACE, NS), (r.CLUSTER_QUEUE, NS)):
-        if await kube.get_or_none(res, name) is not None:
-            with contextlib.suppress(errors.KubeNotFound):
-                await kube.delete(res, name)
-        await eventually(functools.partial(absent, kube, res, name), 180,
-                         f"{res.kind} {name} gone")
 
 
 async def running(b: Backend, ref: ObjectRef) -> Observation | None:
@@ -99,10 +68,6 @@ async def output(b: Backend, job: JobID) -> str | None:
     async with b.output(job) as log:
         text = (await log.read()).decode()
     return text if "mk-ready" in text else None
-
-
-async def absent(kube: Kube, res: r.Resource, name: str) -> bool:
-    return await kube.get_or_none(res, name) is None
 
 
 async def test_a_job_runs_in_a_worker_and_stop_job_proves_every_cluster_empty(

@@ -16,42 +16,23 @@ machine.
 from __future__ import annotations
 
 import functools
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from dispatch_kubeflow.core import names
-from tests.multikueue.clusters import CLUSTERS, STATE, kubectl, mk, until
+from tests.multikueue.clusters import (
+    CLUSTERS,
+    STATE,
+    active,
+    kubectl,
+    mk,
+    permit,
+    renewed,
+    until,
+)
 
 pytestmark = [pytest.mark.machine]
-
-def active(name: str) -> str:
-    out = kubectl("/tmp/mk-manager.kubeconfig", "get", "multikueuecluster", name, "-o",
-                  'jsonpath={.status.conditions[?(@.type=="Active")].status}')
-    return out.stdout.strip()
-
-
-def permit(worker: str) -> dict[str, str]:
-    """The permit Lease of ``worker`` in the manager: who renewed it last, and whether the
-    manager's dispatch-admission revoked it."""
-    out = kubectl("/tmp/mk-manager.kubeconfig", "-n", "dispatch-system", "get", "lease",
-                  f"dispatch-worker-{worker}", "-o", "json")
-    if out.returncode != 0:
-        return {}
-    lease = json.loads(out.stdout)
-    return {"holder": (lease.get("spec") or {}).get("holderIdentity") or "",
-            "version": lease["metadata"]["resourceVersion"],
-            "revoked": str(names.PERMIT_REVOKED in (lease["metadata"].get("annotations")
-                                                    or {}))}
-
-
-def renewed(worker: str) -> bool:
-    """Whether ``worker``'s permit stands, renewed by one of its replicas."""
-    got = permit(worker)
-    return got.get("revoked") == "False" and got["holder"].startswith("dispatch-admission-")
-
 
 def test_three_clusters_join_cut_and_heal() -> None:
     was_up = all((STATE / c / "ready").exists() for c in CLUSTERS)
