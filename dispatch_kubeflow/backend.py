@@ -307,6 +307,8 @@ class Backend:
     async def inspect(self, ref: ObjectRef | str) -> Observation:
         """The job's state (see docs/states.md). It only reads, in every mode: a plain-mode
         hold that expired is released by [wait][dispatch_kubeflow.Backend.wait] (or Release).
+        In MultiKueue mode the cause's detail also says when the manager's MultiKueue has
+        lost the worker the job was dispatched to (read from its MultiKueueCluster).
 
         Args:
             ref: The job's reference as [start][dispatch_kubeflow.Backend.start] returned it,

@@ -112,6 +112,9 @@ class KueueMode:
                 ) -> Mapping[str, KubeAPI]:
         return {"": kube}  # the backend's own cluster
 
+    async def remark(self, kube: KubeAPI, workload: Mapping[str, Any] | None) -> str:
+        return ""  # the Workload says all there is
+
     # --- hold and release -----------------------------------------------------------------
     async def hold(self, kube: KubeAPI, ref: ObjectRef, meta: HoldMeta) -> None:
         workload = await self._require_workload(kube, ref)

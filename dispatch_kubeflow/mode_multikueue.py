@@ -13,7 +13,8 @@ approves, held and released. What differs:
   worker, and a worker without the copy would refuse the job;
 * the pods are in the worker the Workload names (``status.clusterName``): Inspect reads
   them there and reports that worker (``Observation.cluster``); with no worker named (not
-  dispatched yet, or evicted) it reads every worker's.
+  dispatched yet, or evicted) it reads every worker's. When the manager's MultiKueue has
+  lost that worker (its MultiKueueCluster not ``Active``), Inspect's cause says so.
 
 The workers are the backend's (:mod:`dispatch_kubeflow.workers`); StopJob, find and Output
 go through them as they go through the backend's own cluster. This is the only module that
@@ -28,10 +29,10 @@ from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.core.objects import meta
+from dispatch_kubeflow.core.objects import condition, is_true, meta
 from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import TRAINING_RUNTIME
+from dispatch_kubeflow.kube.resources import MULTIKUEUE_CLUSTER, TRAINING_RUNTIME
 from dispatch_kubeflow.mode_kueue import KueueMode
 from dispatch_kubeflow.model import ObjectRef
 from dispatch_kubeflow.preflight.mode import Proofs
@@ -131,11 +132,40 @@ class MultiKueueMode(KueueMode):
         # every worker's pods count, so Inspect never says held while one is left.
         return self.workers
 
+    async def remark(self, kube: KubeAPI, workload: Mapping[str, Any] | None) -> str:
+        """The worker the Workload names, when the manager's MultiKueue has lost it: the
+        state stays what the Workload says (Kueue evicts the job only after its
+        ``workerLostTimeout``), and this says why nothing moves meanwhile. One GET of the
+        worker's MultiKueueCluster in the manager; a role that may not read it (an optional
+        permission) loses this remark alone, never the Inspect."""
+        cluster = str(((workload or {}).get("status") or {}).get("clusterName") or "")
+        if not cluster or is_true(workload, "Finished"):
+            return ""  # not dispatched, or done: nothing for Kueue to dispatch again
+        try:
+            mkc = await kube.get(MULTIKUEUE_CLUSTER, cluster)
+        except errors.KubeNotFound:
+            return f"worker {cluster} has no MultiKueueCluster in the manager"
+        except errors.KubeForbidden:
+            return ""
+        return inactive(cluster, mkc)
+
 
 def worker_settings(settings: Settings) -> Mapping[str, ClusterSettings]:
     """How to reach each worker, by MultiKueueCluster name (none outside MultiKueue mode)."""
     kueue = settings.kueue
     return {} if kueue is None or kueue.multi_kueue is None else kueue.multi_kueue.workers
+
+
+def inactive(cluster: str, mkc: Mapping[str, Any]) -> str:
+    """What Inspect says of worker ``cluster`` whose MultiKueueCluster is ``mkc``: "" when
+    Kueue has it Active, else that it is inactive and why, as Kueue says it."""
+    cond = condition(mkc, "Active") or {}
+    if cond.get("status") == "True":
+        return ""
+    why = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k)) or (
+        f"Active is {cond['status']}" if cond.get("status") else "no Active condition")
+    return (f"worker {cluster} is inactive in the manager's MultiKueue ({why}): Kueue "
+            "re-dispatches the job after its workerLostTimeout")
 
 
 def worker_copy(source: Mapping[str, Any]) -> Obj:

@@ -94,6 +94,9 @@ class PlainMode:
                 ) -> Mapping[str, KubeAPI]:
         return {"": kube}  # the backend's own cluster
 
+    async def remark(self, kube: KubeAPI, workload: Mapping[str, Any] | None) -> str:
+        return ""  # nothing beyond the TrainJob and its pods to say
+
     async def release_expired(self, kube: KubeAPI, ref: ObjectRef) -> None:
         """Release the TrainJob's hold, whatever its instance, if it expired. Reads the
         TrainJob and its pods itself: plain mode has no Workload to ask anyone for."""

@@ -1,16 +1,19 @@
 """Inspect and wait: read a job's objects and apply the state table to them.
 
 What is read beyond the TrainJob and its pods is the mode's (:class:`ObserveMode`): Kueue
-mode also reads the TrainJob's Workload. Inspect only reads. A wait is a watch, not a poll,
-and it is where plain mode's library acts on a hold that expired (plain mode has no
-controller to do it): see :func:`wait`. Concurrent waits share the watches, one per kind
-of the namespace (:mod:`dispatch_kubeflow.informer`), each judging its own job.
+mode also reads the TrainJob's Workload, and MultiKueue mode, for Inspect alone, the
+MultiKueueCluster of the worker the Workload names (:meth:`ObserveMode.remark`). Inspect
+only reads. A wait is a watch, not a poll, and it is where plain mode's library acts on a
+hold that expired (plain mode has no controller to do it): see :func:`wait`. Concurrent
+waits share the watches, one per kind of the namespace (:mod:`dispatch_kubeflow.informer`),
+each judging its own job.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -58,6 +61,12 @@ class ObserveMode(Protocol):
         its connection (MultiKueue: the worker the Workload names, else every worker)."""
         ...
 
+    async def remark(self, kube: KubeAPI, workload: Mapping[str, Any] | None) -> str:
+        """What Inspect adds to the state table's ``cause.detail`` from beyond the job's
+        objects ("": nothing). MultiKueue: the worker the Workload names, when the manager's
+        MultiKueue lost it (the state stays the table's: Kueue acts on it in its time)."""
+        ...
+
 
 async def read(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef
                ) -> tuple[Obj | None, Obj | None, list[Obj]]:
@@ -88,7 +97,21 @@ def pods_here(kube: KubeAPI, mode: ObserveMode) -> bool:
 
 
 async def inspect(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef) -> Observation:
-    """The job's state (see :mod:`dispatch_kubeflow.state`). Reads only, in every mode."""
+    """The job's state (see :mod:`dispatch_kubeflow.state`) and the mode's remark on it,
+    appended to the cause's detail. Reads only, in every mode."""
+    trainjob, workload, pods = await read(kube, mode, ref)
+    obs = state.observe(trainjob, workload, pods)
+    remark = await mode.remark(kube, workload)
+    if not remark:
+        return obs
+    detail = f"{obs.cause.detail}; {remark}" if obs.cause.detail else remark
+    return replace(obs, cause=replace(obs.cause, detail=detail))
+
+
+async def _observed(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef) -> Observation:
+    """The job's state alone, without the mode's remark: what a wait judges. The remark
+    changes no state, and a wait that polls a worker's pods (MultiKueue) would read it
+    again every WORKER_POLL seconds for nothing."""
     return state.observe(*await read(kube, mode, ref))
 
 
@@ -135,13 +158,13 @@ async def wait(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef,
             # The pods are in the workers (MultiKueue), out of the watches' sight: read them
             # there, every WORKER_POLL seconds while they alone keep the state from ``want``
             # (a hold's pods still going).
-            obs = await inspect(kube, mode, ref)
+            obs = await _observed(kube, mode, ref)
             if obs.state in want:
                 return obs
             await asyncio.sleep(WORKER_POLL)
             continue
         await mode.release_expired(kube, ref)
-        obs = await inspect(kube, mode, ref)
+        obs = await _observed(kube, mode, ref)
         if obs.state in want:
             return obs
 

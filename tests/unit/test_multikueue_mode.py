@@ -6,6 +6,7 @@ Kueue's MultiKueue itself is exercised on the local clusters (tests/multikueue).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,12 +21,13 @@ from dispatch_kubeflow.kube.resources import (
     CLUSTER_TRAINING_RUNTIME,
     JOB,
     JOBSET,
+    MULTIKUEUE_CLUSTER,
     POD,
     TRAINING_RUNTIME,
     TRAINJOB,
     WORKLOAD,
 )
-from dispatch_kubeflow.mode_multikueue import MultiKueueMode, worker_settings
+from dispatch_kubeflow.mode_multikueue import MultiKueueMode, inactive, worker_settings
 from dispatch_kubeflow.model import (
     Actor,
     ActorKind,
@@ -43,7 +45,7 @@ from dispatch_kubeflow.model import (
 from dispatch_kubeflow.preflight.workers import check_workers
 from dispatch_kubeflow.settings import Settings
 from dispatch_kubeflow.workers import Workers
-from tests.unit.fake_kube import FakeKube
+from tests.unit.fake_kube import FakeKube, status_error
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.virtual_time]
 
@@ -222,6 +224,157 @@ async def test_held_only_once_the_workers_pods_are_gone() -> None:
         held = await b.inspect(f"{NS}/{TJ}")
     assert (holding.state, holding.pods, holding.cluster) == (ObjectState.HOLDING, 2, "")
     assert (held.state, held.pods) == (ObjectState.HELD, 0)
+
+
+LOST = {"type": "Active", "status": "False", "reason": "ClientConnectionFailed",
+        "message": "dial tcp 10.0.0.7:6443: connect: connection refused"}
+
+
+async def multikueue_cluster(c: Clusters, name: str, *conditions: Obj) -> None:
+    """The manager's MultiKueueCluster ``name`` (cluster-scoped), with these conditions."""
+    await c.manager.create(MULTIKUEUE_CLUSTER, {"metadata": {"name": name}, "spec": {},
+                                                "status": {"conditions": list(conditions)}})
+
+
+def count_reads(kube: FakeKube) -> list[str]:
+    """The names of the MultiKueueClusters ``kube`` is asked for, as asked (a ``before``
+    hook that lets every call through)."""
+    read: list[str] = []
+
+    def record(verb: str, res: Resource, name: str) -> None:
+        if res is MULTIKUEUE_CLUSTER:
+            read.append(f"{verb} {name}")
+
+    kube.before = record
+    return read
+
+
+async def test_inspect_says_when_the_manager_lost_the_worker() -> None:
+    """Kueue sets the MultiKueueCluster of a worker it cannot reach Active=False and evicts
+    its jobs only after workerLostTimeout: until then the Workload still says admitted to
+    that worker, and Inspect's cause says why nothing moves, the state unchanged."""
+    c = Clusters()
+    await c.start()
+    await multikueue_cluster(c, "w1", LOST)
+    read = count_reads(c.manager)
+    async with await backend(c) as b:
+        before = await b.inspect(f"{NS}/{TJ}")  # not dispatched: no worker to ask about
+        await worker_runs_it(c, c.w1, "w1")
+        obs = await b.inspect(f"{NS}/{TJ}")
+    assert read == ["get w1"]  # one GET, and none while no worker is named
+    assert "MultiKueue" not in before.cause.detail
+    table, _, remark = obs.cause.detail.partition("; ")
+    assert table  # the state table's detail, kept in front
+    assert remark == (
+        "worker w1 is inactive in the manager's MultiKueue (ClientConnectionFailed: dial tcp "
+        "10.0.0.7:6443: connect: connection refused): Kueue re-dispatches the job after its "
+        "workerLostTimeout")
+    assert (obs.state, obs.cause.reason, obs.cluster) == (ObjectState.RUNNING, "Admitted", "w1")
+
+
+async def test_inspect_says_nothing_more_of_an_active_worker() -> None:
+    c = Clusters()
+    await c.start()
+    await multikueue_cluster(c, "w1", {"type": "Active", "status": "True",
+                                       "reason": "Active", "message": "Connected"})
+    await worker_runs_it(c, c.w1, "w1")
+    read = count_reads(c.manager)
+    async with await backend(c) as b:
+        obs = await b.inspect(f"{NS}/{TJ}")
+    assert read == ["get w1"]  # asked, and Active: nothing to say
+    assert (obs.state, obs.cluster) == (ObjectState.RUNNING, "w1")
+    assert "w1" not in obs.cause.detail
+    assert "; " not in obs.cause.detail
+
+
+async def test_inspect_says_a_worker_has_no_multikueuecluster() -> None:
+    c = Clusters()
+    await c.start()
+    await worker_runs_it(c, c.w2, "w2")
+    async with await backend(c) as b:
+        obs = await b.inspect(f"{NS}/{TJ}")
+    assert obs.cause.detail.endswith("; worker w2 has no MultiKueueCluster in the manager")
+    assert obs.state is ObjectState.RUNNING
+
+
+async def test_a_multikueuecluster_the_library_may_not_read_changes_nothing() -> None:
+    """The permission is optional: without it, Inspect says what the Workload says."""
+    c = Clusters()
+    await c.start()
+    await multikueue_cluster(c, "w1", LOST)
+    await worker_runs_it(c, c.w1, "w1")
+    async with await backend(c) as b:
+        plain = await b.inspect(f"{NS}/{TJ}")
+
+        refused: list[str] = []
+
+        def forbid(verb: str, res: Resource, name: str) -> None:
+            if res is MULTIKUEUE_CLUSTER:
+                refused.append(name)
+                raise status_error(403, "Forbidden", "multikueueclusters.kueue.x-k8s.io "
+                                   f'"{name}" is forbidden', res, name)
+
+        c.manager.before = forbid
+        forbidden = await b.inspect(f"{NS}/{TJ}")
+        assert refused == ["w1"]
+
+        def fail(verb: str, res: Resource, name: str) -> None:
+            if res is MULTIKUEUE_CLUSTER:
+                raise status_error(500, "InternalError", "etcd is down", res, name)
+
+        c.manager.before = fail
+        with pytest.raises(errors.KubeError, match="etcd is down"):
+            await b.inspect(f"{NS}/{TJ}")  # as any other read of Inspect's fails
+    assert "inactive" in plain.cause.detail  # readable, it was said
+    assert forbidden.cause == replace(plain.cause, detail=plain.cause.detail.split("; ")[0])
+    assert forbidden.state is plain.state is ObjectState.RUNNING
+
+
+async def test_a_worker_not_active_for_any_reason_is_said_inactive() -> None:
+    says = "worker w1 is inactive in the manager's MultiKueue ({}): Kueue re-dispatches the " \
+        "job after its workerLostTimeout"
+    unknown = {"status": {"conditions": [{"type": "Active", "status": "Unknown"}]}}
+    assert inactive("w1", unknown) == says.format("Active is Unknown")
+    assert inactive("w1", {"status": {}}) == says.format("no Active condition")
+    assert inactive("w1", {"status": {"conditions": [{**LOST, "message": ""}]}}) == \
+        says.format("ClientConnectionFailed")
+
+
+async def test_a_finished_job_says_nothing_of_its_worker() -> None:
+    """Kueue never dispatches a finished Workload again: no read, nothing said."""
+    c = Clusters()
+    await c.start()
+    await multikueue_cluster(c, "w1", LOST)
+    await worker_runs_it(c, c.w1, "w1")
+    wl = c.manager.all(WORKLOAD)[0]
+    c.manager.write_now(WORKLOAD, wl["metadata"]["name"], NS, {"status": {"conditions": [
+        {"type": "Finished", "status": "True", "reason": "Succeeded"}]}})
+    c.manager.write_now(TRAINJOB, TJ, NS, {"status": {"conditions": [
+        {"type": "Complete", "status": "True", "reason": "Completed", "message": "done"}]}})
+    read = count_reads(c.manager)
+    async with await backend(c) as b:
+        obs = await b.inspect(f"{NS}/{TJ}")
+    assert (obs.state, obs.cause.detail, read) == (ObjectState.SUCCEEDED, "done", [])
+
+
+async def test_kueue_mode_never_reads_a_multikueuecluster() -> None:
+    """The same objects (a Workload naming a lost worker) read by a MultiKueue backend and
+    by a Kueue-mode one: only the first asks the manager about the worker."""
+    c = Clusters()
+    await c.start()
+    await multikueue_cluster(c, "w1", LOST)
+    await worker_runs_it(c, c.w1, "w1")
+    read = count_reads(c.manager)
+    async with await backend(c) as b:
+        multi = await b.inspect(f"{NS}/{TJ}")
+    assert (read, "inactive" in multi.cause.detail) == (["get w1"], True)
+    read.clear()
+    kueue = Settings.parse({"namespace": NS, "probeRuntime": {"name": "dispatch-kind"},
+                            "kueue": {"localQueue": "lq"}})
+    async with await Backend.connect(kueue, kube=c.manager, preflight=False) as b:
+        obs = await b.inspect(f"{NS}/{TJ}")
+    assert read == []
+    assert "inactive" not in obs.cause.detail
 
 
 async def test_output_reads_rank_0_from_the_worker_that_runs_it() -> None:
