@@ -445,7 +445,8 @@ class Backend:
         Raises:
             KubeError: The API server refused a list or could not be reached.
         """
-        return await jobs.list_jobs(self._kube, self.settings.namespace, self._mode.listed)
+        return await jobs.list_jobs(self._kube, self.settings.namespace, self._mode.listed,
+                                    self._workers)
 
     def watch_jobs(self) -> AsyncIterator[list[JobInfo]]:
         """[jobs][dispatch_kubeflow.Backend.jobs], then again every time the listing changes
@@ -460,7 +461,8 @@ class Backend:
         Raises:
             KubeError: While iterating: a watch failed in a way a new list cannot mend.
         """
-        return jobs.watch_jobs(self._kube, self.settings.namespace, self._mode.listed)
+        return jobs.watch_jobs(self._kube, self.settings.namespace, self._mode.listed,
+                              self._workers)
 
     def events(self, job: JobID | str, *, follow: bool = False) -> AsyncIterator[JobEvent]:
         """The Kubernetes Events of the job's objects, oldest first (``async for``).
@@ -613,6 +615,13 @@ class Backend:
                 connection.
         """
         return self._kube
+
+    @property
+    def workers(self) -> Workers:
+        """MultiKueue mode: the connection to each worker cluster, by its MultiKueueCluster
+        name (empty in the other modes). For reads the backend's methods do not offer, such
+        as a log window (``kubectl dispatch logs --tail``)."""
+        return self._workers
 
     def _ref(self, ref: ObjectRef | str) -> ObjectRef:
         if isinstance(ref, str):

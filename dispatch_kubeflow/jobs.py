@@ -31,6 +31,7 @@ from dispatch_kubeflow.kube.resources import POD, TRAINJOB
 from dispatch_kubeflow.model import JobID, ObjectRef, Observation
 from dispatch_kubeflow.state import observe_listed
 from dispatch_kubeflow.waits import Owned
+from dispatch_kubeflow.workers import NONE, Workers, named
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -73,14 +74,16 @@ def _count(raw: str | None) -> int:
 
 
 def listing(trainjobs: Iterable[Obj], workloads: Iterable[Obj],
-            pods: Iterable[Obj]) -> list[JobInfo]:
-    """The jobs among ``trainjobs``, each observed with its Workload and pods (pure).
+            pods: Iterable[Obj], worker_pods: Mapping[str, Iterable[Obj]] | None = None
+            ) -> list[JobInfo]:
+    """The jobs among ``trainjobs``, each observed with its Workload and pods (pure);
+    ``worker_pods``: each MultiKueue worker's pods (see `dispatch_kubeflow.state.observe_listed`).
 
     TrainJobs whose job-id label is not a job id are left out (they are not dispatch's).
     Sorted by job id (that is, by creation time), then submission.
     """
     trainjobs = list(trainjobs)
-    observed = observe_listed(trainjobs, workloads, pods)
+    observed = observe_listed(trainjobs, workloads, pods, worker_pods)
     out: list[JobInfo] = []
     for tj in trainjobs:
         m, labels = meta(tj), labels_of(tj)
@@ -98,30 +101,41 @@ def listing(trainjobs: Iterable[Obj], workloads: Iterable[Obj],
     return sorted(out, key=lambda j: (j.job, j.submission, j.ref.name))
 
 
-async def list_jobs(kube: KubeAPI, namespace: str, workloads: Listed) -> list[JobInfo]:
-    """Every dispatch job of ``namespace``: one LIST per kind (see the module docstring)."""
+async def list_jobs(kube: KubeAPI, namespace: str, workloads: Listed,
+                    workers: Workers = NONE) -> list[JobInfo]:
+    """Every dispatch job of ``namespace``: one LIST per kind (see the module docstring),
+    and one of the pods in each of ``workers`` (MultiKueue mode)."""
     lists = await asyncio.gather(*(kube.list(res, namespace, label_selector=sel)
                                    for res, sel in _selectors(workloads)))
     items = [found for found, _ in lists]
-    return listing(items[0], items[2] if len(items) > 2 else [], items[1])
+
+    async def pods_of(name: str, wk: KubeAPI) -> list[Obj]:
+        found, _ = await wk.list(POD, namespace, label_selector=names.JOBSET_NAME_LABEL)
+        return found
+
+    there = await workers.each(pods_of)
+    return listing(items[0], items[2] if len(items) > 2 else [], items[1], there)
 
 
-async def watch_jobs(kube: KubeAPI, namespace: str,
-                     workloads: Listed) -> AsyncIterator[list[JobInfo]]:
+async def watch_jobs(kube: KubeAPI, namespace: str, workloads: Listed,
+                     workers: Workers = NONE) -> AsyncIterator[list[JobInfo]]:
     """The listing, then a new one every time it changes; never ends (cancel it).
 
     One watch per kind (:meth:`KubeAPI.observe`, which lists again after expiry or a broken
-    stream). Events that arrive together are taken together, so a burst of pod updates
-    yields one listing, and a listing equal to the last one is not yielded again.
+    stream), and one of the pods in each of ``workers`` (MultiKueue mode). Events that
+    arrive together are taken together, so a burst of pod updates yields one listing, and a
+    listing equal to the last one is not yielded again.
     """
-    kinds = _selectors(workloads)
+    kinds = [(kube, "", res, sel) for res, sel in _selectors(workloads)]
+    kinds += [(wk, name, POD, names.JOBSET_NAME_LABEL) for name, wk in workers.items()]
     current: list[dict[str, Obj]] = [{} for _ in kinds]
     synced = [False] * len(kinds)
     changed = asyncio.Event()
     failure: list[BaseException] = []
 
-    async def follow(i: int, res: Resource, selector: str) -> None:
-        stream = kube.observe(res, namespace, label_selector=selector, timeout_seconds=60)
+    async def follow(i: int, where: KubeAPI, cluster: str, res: Resource,
+                     selector: str) -> None:
+        stream = where.observe(res, namespace, label_selector=selector, timeout_seconds=60)
         try:
             async for ev in stream:
                 if ev.type == "SYNC":
@@ -133,7 +147,8 @@ async def watch_jobs(kube: KubeAPI, namespace: str,
                     current[i][_key(ev.object)] = ev.object
                 changed.set()
         except Exception as exc:  # handed to the consumer, who raises it
-            failure.append(exc)
+            failure.append(named(cluster, exc)
+                           if cluster and isinstance(exc, errors.KubeError) else exc)
             changed.set()
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
@@ -142,8 +157,9 @@ async def watch_jobs(kube: KubeAPI, namespace: str,
     # error would cancel the consumer's task wherever it is). Cancelled and awaited when
     # the generator ends, and what they ended with other than that is raised then.
     tasks = Owned()
-    for i, (res, sel) in enumerate(kinds):
-        tasks.start(follow(i, res, sel))
+    for i, kind in enumerate(kinds):
+        tasks.start(follow(i, *kind))
+    own = len(kinds) - len(workers)  # the backend's own kinds come first
     last: list[JobInfo] | None = None
     try:
         while True:
@@ -154,8 +170,9 @@ async def watch_jobs(kube: KubeAPI, namespace: str,
             if not all(synced):
                 continue
             await asyncio.sleep(0)  # let events already read land in this listing
-            now = listing(current[0].values(), current[2].values() if len(current) > 2 else (),
-                          current[1].values())
+            there = {name: current[own + i].values() for i, name in enumerate(workers)}
+            now = listing(current[0].values(), current[2].values() if own > 2 else (),
+                          current[1].values(), there)
             if now != last:
                 last = now
                 yield now

@@ -42,6 +42,7 @@ from dispatch_kubeflow.settings import (
     MultiKueueSettings,
     Settings,
 )
+from dispatch_kubeflow.state import pods_where
 from dispatch_kubeflow.workers import Workers
 
 Obj = dict[str, Any]
@@ -124,13 +125,7 @@ class MultiKueueMode(KueueMode):
     # --- inspect --------------------------------------------------------------------------
     def pods_in(self, kube: KubeAPI, workload: Mapping[str, Any] | None
                 ) -> Mapping[str, KubeAPI]:
-        cluster = str(((workload or {}).get("status") or {}).get("clusterName") or "")
-        if cluster in self.workers:
-            return {cluster: self.workers[cluster]}
-        # Not dispatched, or no longer (evicted: MultiKueue clears the name while the last
-        # execution's pods may still be going), or to a worker the settings do not name:
-        # every worker's pods count, so Inspect never says held while one is left.
-        return self.workers
+        return pods_where(workload, self.workers)
 
     async def remark(self, kube: KubeAPI, workload: Mapping[str, Any] | None) -> str:
         """The worker the Workload names, when the manager's MultiKueue has lost it: the

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from dispatch_kubeflow.core import hold, names
 from dispatch_kubeflow.core.admission_count import admissions, newest_workload
@@ -60,6 +60,7 @@ from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.model import Cause, ObjectState, Observation
 
 Obj = Mapping[str, Any]
+T = TypeVar("T")
 
 
 # What :func:`observe` reads of each object besides its metadata, as dotted paths: all a
@@ -221,33 +222,56 @@ def _pods_running(pods: Sequence[Obj]) -> str:
     return f"{running} of {len(pods)} pods running"
 
 
+def pods_where(workload: Obj | None, workers: Mapping[str, T]) -> Mapping[str, T]:
+    """Of MultiKueue's ``workers`` (by MultiKueueCluster name), those whose pods count for the
+    job of ``workload``: the worker its ``status.clusterName`` names, else every one — not
+    dispatched, or no longer (evicted: MultiKueue clears the name while the last
+    execution's pods may still be going), or to a worker not among them — so that nothing
+    says held while a pod is left anywhere. Inspect reads there, and a listing counts there."""
+    cluster = str(((workload or {}).get("status") or {}).get("clusterName") or "")
+    if cluster in workers:
+        return {cluster: workers[cluster]}
+    return workers
+
+
+def _by_jobset(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
+    out: dict[str, list[Obj]] = {}
+    for p in pods:
+        name = labels_of(p).get(names.JOBSET_NAME_LABEL)
+        if name:
+            out.setdefault(name, []).append(p)
+    return out
+
+
 def observe_listed(trainjobs: Iterable[Obj], workloads: Iterable[Obj],
-                   pods: Iterable[Obj]) -> dict[str, Observation]:
+                   pods: Iterable[Obj], worker_pods: Mapping[str, Iterable[Obj]] | None = None
+                   ) -> dict[str, Observation]:
     """:func:`observe` for every TrainJob of one namespace, by TrainJob name (pure).
 
     ``workloads`` and ``pods`` are whole lists of the namespace (any selection that holds
     the jobs' own): each Workload goes to the TrainJob whose UID its
     ``kueue.x-k8s.io/job-uid`` label names, each pod to the TrainJob its
     ``jobset.sigs.k8s.io/jobset-name`` label names, the same selection :func:`observe`'s
-    callers make per job.
+    callers make per job. ``worker_pods`` (MultiKueue mode): each worker's pods of the
+    namespace, counted for a job where :func:`pods_where` says, as Inspect reads them.
     """
     by_uid: dict[str, list[Obj]] = {}
     for w in workloads:
         uid = labels_of(w).get(names.KUEUE_JOB_UID_LABEL)
         if uid:
             by_uid.setdefault(uid, []).append(w)
-    by_jobset: dict[str, list[Obj]] = {}
-    for p in pods:
-        name = labels_of(p).get(names.JOBSET_NAME_LABEL)
-        if name:
-            by_jobset.setdefault(name, []).append(p)
+    by_jobset = _by_jobset(pods)
+    in_worker = {c: _by_jobset(ps) for c, ps in (worker_pods or {}).items()}
     out: dict[str, Observation] = {}
     for tj in trainjobs:
         m = meta(tj)
         name = str(m.get("name", ""))
         workload = newest_workload(by_uid.get(str(m.get("uid", "")), ())) \
             if is_kueue(tj) else None
-        out[name] = observe(tj, workload, by_jobset.get(name, []))
+        mine = list(by_jobset.get(name, []))
+        for there in pods_where(workload, in_worker).values():
+            mine += there.get(name, [])
+        out[name] = observe(tj, workload, mine)
     return out
 
 

@@ -188,10 +188,11 @@ async def logs(target: config.Target, job: dk.JobID, rank: int, follow: bool, st
     """Print rank N's log of the job's current execution."""
     stream = dk.OutputStream.STDERR if stderr else dk.OutputStream.STDOUT
     async with opened(target) as backend:
-        # The library's output with its log window (Backend.output has none yet).
+        # The library's output with its log window (Backend.output has none yet), in the
+        # worker that runs the job in MultiKueue mode.
         log = await output.output(backend.kube, backend.settings.namespace, job, rank=rank,
                                   stream=stream, follow=follow, submission=submission,
-                                  tail_lines=tail, since=since)
+                                  tail_lines=tail, since=since, workers=backend.workers)
         async with log:
             if not log.split:
                 click.echo(f"note: the API server cannot split the streams; this is pod "

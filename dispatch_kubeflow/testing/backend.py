@@ -55,6 +55,7 @@ from dispatch_kubeflow.testing.cluster import FakeCluster, Shared
 from dispatch_kubeflow.testing.logs import FakeLog
 from dispatch_kubeflow.testing.objects import FakeJob, notes
 from dispatch_kubeflow.waits import wait_window, within
+from dispatch_kubeflow.workers import NONE, Workers
 
 SETTINGS: Mapping[str, Any] = {
     "namespace": "default",
@@ -193,6 +194,11 @@ class FakeBackend(FakeCluster, Backend):
             UnsupportedError: Always.
         """
         raise errors.UnsupportedError("FakeBackend has no connection to a cluster")
+
+    @property
+    def workers(self) -> Workers:
+        """A FakeBackend has no worker clusters: an empty mapping."""
+        return NONE
 
     # --- start, open, inspect -------------------------------------------------------------
     async def start(self, req: StartRequest) -> ObjectRef:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dispatch_kubeflow import Backend, errors
+from dispatch_kubeflow import Backend, errors, output
 from dispatch_kubeflow import start as start_mod
 from dispatch_kubeflow.backend import select_mode
 from dispatch_kubeflow.core import names
@@ -201,6 +201,28 @@ async def test_inspect_reads_the_pods_in_the_worker_that_runs_it() -> None:
     assert (obs.state.value, obs.pods, obs.pods_running) == ("running", 2, 2)
 
 
+async def test_listing_counts_the_pods_in_the_worker_that_runs_it() -> None:
+    """What kubectl dispatch get and describe print: the pods are the worker's (the manager
+    has none of a MultiKueue job), read where Inspect reads them; a listing's watch too."""
+    c = Clusters()
+    await c.start()
+    await worker_runs_it(c, c.w1, "w1")
+    # A pod of the job left in the other worker (an old copy) is not this execution's.
+    await c.w2.create(POD, {"metadata": {"name": f"{TJ}-node-0-0-old", "labels": {
+        names.JOBSET_NAME_LABEL: TJ, names.JOB_ID_LABEL: str(JOB_ID)}},
+        "status": {"phase": "Running"}}, NS)
+    async with await backend(c) as b:
+        listed = await b.jobs()
+        watched = b.watch_jobs()
+        first = await anext(watched)
+        await watched.aclose()  # type: ignore[attr-defined]  # an async generator
+        obs = await b.inspect(f"{NS}/{TJ}")
+    for got in (listed, first):
+        o = got[0].observation
+        assert (o.cluster, o.pods, o.pods_running) == ("w1", 2, 2), o
+    assert (obs.pods, obs.pods_running) == (2, 2)
+
+
 async def test_held_only_once_the_workers_pods_are_gone() -> None:
     """Evicted by the hold, the Workload names no worker any more while the execution's
     pods may still be going there: Inspect reads every worker's, and says holding."""
@@ -385,6 +407,21 @@ async def test_output_reads_rank_0_from_the_worker_that_runs_it() -> None:
     c.w2.logs[(NS, f"{TJ}-node-0-0", "Stdout")] = [b"hello from w2\n"]
     async with await backend(c) as b, b.output(str(JOB_ID)) as log:
         assert await log.read() == b"hello from w2\n"
+    assert (c.w2.calls["log"], c.manager.calls["log"]) == (1, 0)
+
+
+async def test_output_with_a_log_window_reads_the_worker() -> None:
+    """kubectl dispatch logs --tail reads the library's output with its window through the
+    backend's workers: in the worker that runs the job."""
+    c = Clusters()
+    await c.start()
+    await worker_runs_it(c, c.w2, "w2")
+    c.w2.logs[(NS, f"{TJ}-node-0-0", "Stdout")] = [b"one\ntwo\n"]
+    async with await backend(c) as b:
+        assert set(b.workers) == {"w1", "w2"}
+        async with await output.output(b.kube, NS, JOB_ID, tail_lines=1,
+                                       since=timedelta(minutes=5), workers=b.workers) as log:
+            await log.read()
     assert (c.w2.calls["log"], c.manager.calls["log"]) == (1, 0)
 
 

@@ -20,7 +20,7 @@ EXPECTED = {
 
 BACKEND_PUBLIC = {"connect", "close", "capabilities", "start", "open", "inspect", "hold",
                   "release", "wait", "stop_job", "find", "output", "jobs", "watch_jobs",
-                  "events", "kube", "observe_only", "observe_only_reasons"}
+                  "events", "kube", "workers", "observe_only", "observe_only_reasons"}
 """Every public attribute of Backend: its methods and properties."""
 
 ERRORS = {
