@@ -144,7 +144,9 @@ execution's epoch and the MultiKueue worker it runs in (`worker` in the data; `-
 MultiKueue mode), `-o name` prints `trainjob.trainer.kubeflow.org/<name>` as kubectl
 does; `--no-headers` drops the header, `-A` lists every namespace, `get JOB` one job's
 submissions. `-w` prints each job again whenever its row changes, and `gone` when its
-TrainJob disappears.
+TrainJob disappears. In MultiKueue mode (a settings file with `kueue.multiKueue`) PODS
+counts the pods in the worker the job runs in, as Inspect does, and `logs` reads rank N's
+log there ([Run dispatch jobs across clusters](multikueue.md)).
 
 ```console
 $ kubectl dispatch get -o yaml

@@ -161,7 +161,7 @@ async def run(kube: KubeAPI, settings: Settings, mode: PreflightMode) -> Caps:
             caps[Capability.START_GATE] = unknown(f"the start-gate probe failed: {exc}")
 
     async def workers() -> dict[Capability, list[str]]:
-        return await check_workers(proofs.workers, settings.namespace)
+        return await check_workers(proofs.workers, settings.namespace, kube)
 
     _, _, lacking = await asyncio.gather(readmission(), start_gate(), workers())
     for cap, perms in missing.items():

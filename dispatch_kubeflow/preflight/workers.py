@@ -19,8 +19,9 @@ from collections.abc import Mapping
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.permit import lease_name
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import POD
+from dispatch_kubeflow.kube.resources import LEASE, POD
 from dispatch_kubeflow.model import Capability, JobID
 from dispatch_kubeflow.preflight.access import Permission, check_permissions
 from dispatch_kubeflow.preflight.attempt import dry_run_pod
@@ -47,10 +48,11 @@ def worker_permissions(ns: str) -> list[Permission]:
     return out
 
 
-async def check_workers(workers: Mapping[str, KubeAPI], namespace: str
+async def check_workers(workers: Mapping[str, KubeAPI], namespace: str, manager: KubeAPI
                         ) -> dict[Capability, list[str]]:
     """What keeps each worker from running, fencing or stopping a job, by the capability it
-    takes away, each naming the worker ({} when every one can)."""
+    takes away, each naming the worker ({} when every one can). ``manager``: the backend's
+    own cluster, where each worker's permit Lease is."""
     sg, ai = Capability.START_GATE, Capability.ATTEMPT_INJECTION
 
     async def one(name: str, wk: KubeAPI) -> dict[Capability, list[str]]:
@@ -63,7 +65,7 @@ async def check_workers(workers: Mapping[str, KubeAPI], namespace: str
             out = {cap: [f"worker {name}: missing permissions: {', '.join(perms)}"]
                    for cap, perms in missing.items()}
             if ai not in out:
-                unfenced = await fenced(wk, namespace)
+                unfenced = await fenced(wk, namespace) or await renewing(manager, name)
                 if unfenced:
                     out[ai] = [f"worker {name}: {unfenced}"]
             return out
@@ -91,3 +93,24 @@ async def fenced(kube: KubeAPI, namespace: str) -> str | None:
     return (f"a dry-run pod of a dispatch job that does not exist there was admitted: "
             f"dispatch-admission's pod webhook ({names.WEBHOOK_NAME}) does not guard its "
             "pods; install deploy/admission in its worker mode there")
+
+
+async def renewing(manager: KubeAPI, worker: str) -> str | None:
+    """Why ``worker``'s dispatch-admission does not run in its worker mode, as the manager
+    shows it (None: it has renewed its permit). Every dispatch-admission refuses the dry-run
+    pod of :func:`fenced`; one not in its worker mode refuses the pods of MultiKueue's copy
+    too, so the job would never start there. Only the worker mode's agent renews the permit,
+    so a Lease that names a holder proves it ran; revoked since (the worker cut off now) it
+    still does: the readmission gate, not the preflight, waits for such a worker."""
+    lease_ref = f"Lease {names.CONTROLLER_NAMESPACE}/{lease_name(worker)}"
+    try:
+        lease = await manager.get(LEASE, lease_name(worker), names.CONTROLLER_NAMESPACE)
+    except errors.KubeNotFound:
+        return (f"no permit {lease_ref} in the manager: install dispatch-admission's "
+                "multikueue-manager component there and make the worker's permit Lease "
+                "(docs/multikueue.md)")
+    if not (lease.get("spec") or {}).get("holderIdentity"):
+        return (f"its permit ({lease_ref} in the manager) was never renewed: "
+                "dispatch-admission there does not run in its worker mode (install "
+                "deploy/admission with its multikueue-worker component, docs/multikueue.md)")
+    return None

@@ -21,6 +21,7 @@ from dispatch_kubeflow.kube.resources import (
     CLUSTER_TRAINING_RUNTIME,
     JOB,
     JOBSET,
+    LEASE,
     MULTIKUEUE_CLUSTER,
     POD,
     TRAINING_RUNTIME,
@@ -472,12 +473,13 @@ async def test_the_preflight_names_what_a_worker_lacks() -> None:
                     names.JOBSET_GROUP: [names.JOBSET_VERSION],
                     names.KUEUE_GROUP: [names.KUEUE_VERSION]}
         k.before = webhook_refuses_dispatch_pods
-    assert await check_workers(c.workers, NS) == {}
+    await permits(c, {"w1": "dispatch-admission-a", "w2": "dispatch-admission-b"})
+    assert await check_workers(c.workers, NS, c.manager) == {}
     assert not c.w1.all(POD)  # a dry run: nothing made
     sg, ai = Capability.START_GATE, Capability.ATTEMPT_INJECTION
     c.w1.denied[("delete", "pods")] = "no"
     c.w2.served.pop(names.TRAINER_GROUP)
-    problems = await check_workers(c.workers, NS)
+    problems = await check_workers(c.workers, NS, c.manager)
     assert list(problems) == [sg]
     w1, w2 = problems[sg]
     assert w1.startswith("worker w1: missing permissions: ")
@@ -486,7 +488,7 @@ async def test_the_preflight_names_what_a_worker_lacks() -> None:
     # A worker whose pods no webhook guards: attempt injection is no there, naming it.
     c.w1.denied.clear()
     c.w1.before = None
-    problems = await check_workers(c.workers, NS)
+    problems = await check_workers(c.workers, NS, c.manager)
     assert problems[ai] == [
         "worker w1: a dry-run pod of a dispatch job that does not exist there was admitted: "
         f"dispatch-admission's pod webhook ({names.WEBHOOK_NAME}) does not guard its pods; "
@@ -494,8 +496,45 @@ async def test_the_preflight_names_what_a_worker_lacks() -> None:
     assert not c.w1.all(POD)
     c.w2.before = unreachable
     assert problems[sg][0].startswith("worker w2: the cluster does not serve")
-    assert (await check_workers(c.workers, NS))[sg][0].startswith(
+    assert (await check_workers(c.workers, NS, c.manager))[sg][0].startswith(
         "worker w2: could not be checked: ")
+
+
+async def permits(c: Clusters, holders: dict[str, str]) -> None:
+    """Each worker's permit Lease in the manager, renewed by ``holders[worker]`` ("": never
+    renewed, as the manager component makes it)."""
+    for worker, holder in holders.items():
+        await c.manager.create(LEASE, {"metadata": {"name": f"dispatch-worker-{worker}"},
+                                       "spec": {"holderIdentity": holder} if holder else {}},
+                               names.CONTROLLER_NAMESPACE)
+
+
+async def test_the_preflight_proves_each_worker_renews_its_permit() -> None:
+    """A dispatch-admission not in its worker mode refuses the preflight's dry-run pod as the
+    worker mode does, and then refuses every pod MultiKueue's copy makes: only the worker's
+    permit, renewed in the manager by its agent, shows the worker mode runs there."""
+    c = Clusters()
+    for k in (c.w1, c.w2):
+        k.served = {names.TRAINER_GROUP: [names.TRAINER_VERSION],
+                    names.JOBSET_GROUP: [names.JOBSET_VERSION],
+                    names.KUEUE_GROUP: [names.KUEUE_VERSION]}
+        k.before = webhook_refuses_dispatch_pods
+    await permits(c, {"w1": ""})  # made, never renewed; w2's not made at all
+    problems = await check_workers(c.workers, NS, c.manager)
+    assert list(problems) == [Capability.ATTEMPT_INJECTION]
+    w1, w2 = problems[Capability.ATTEMPT_INJECTION]
+    assert w1.startswith("worker w1: its permit (Lease dispatch-system/dispatch-worker-w1 in "
+                         "the manager) was never renewed"), w1
+    assert "multikueue-worker" in w1
+    assert w2.startswith("worker w2: no permit Lease dispatch-system/dispatch-worker-w2 in "
+                         "the manager"), w2
+    assert "multikueue-manager" in w2
+    # Renewed once (and revoked since, a worker cut off now): its worker mode runs there.
+    c.manager.write_now(LEASE, "dispatch-worker-w1", names.CONTROLLER_NAMESPACE, {
+        "metadata": {"annotations": {names.PERMIT_REVOKED: "7"}},
+        "spec": {"holderIdentity": "dispatch-admission-a"}})
+    await permits(c, {"w2": "dispatch-admission-b"})
+    assert await check_workers(c.workers, NS, c.manager) == {}
 
 
 async def test_a_worker_kubeconfig_that_does_not_load_names_the_worker() -> None:
