@@ -56,7 +56,7 @@ RUNTIME = "mk-partition-ledger"
 LEDGER_DIR = Path("/var/lib/dispatch-chaos/mk-partition")
 MANAGER, WORKERS = CLUSTERS[0], CLUSTERS[1:]
 PERMIT_SECONDS = 60.0  # admission's default permit length (dispatch_kubeflow.core.permit)
-MANAGER_WAIT = 62.0    # the manager's wait before it revokes: T(1 + rho)/(1 - rho), rho 1 %
+MANAGER_WAIT = 61.2    # the manager's wait before it revokes: T(1 + rho)/(1 - rho), rho 1 %
 # The pods of a cut worker stop within the permit's length from the cut (their share ends
 # no later), plus the fence's kill and the ledger's last beat: a few seconds on two cores.
 STOP_SLACK = 5.0

@@ -55,7 +55,7 @@ def test_three_clusters_join_cut_and_heal() -> None:
                        "/readyz").returncode == 0, "worker2 was cut too"
         noticed = until("mk-worker1 inactive", lambda: active("mk-worker1") == "False", 240)
         print(f"\nKueue marked mk-worker1 inactive {noticed:.0f} s after the cut")
-        # Silent for the manager's wait (62 s for a 60 s permit): revoked; worker2's, renewed
+        # Silent for the manager's wait (61.2 s for a 60 s permit): revoked; worker2's, renewed
         # all along, is not.
         revoked = until("mk-worker1's permit revoked",
                         lambda: permit("mk-worker1")["revoked"] == "True", 180)
