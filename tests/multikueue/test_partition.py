@@ -189,7 +189,12 @@ async def test_a_cut_worker_stops_its_pods_before_the_job_runs_elsewhere(
                          f"{cut}'s permit granted again", interval=2)
         await eventually(functools.partial(no_copy, clusters[cut], ref), 240,
                          f"MultiKueue's old copy gone from {cut}")
-        late = [ln for ln in ledger(job) if worker_of(ln) == cut and ln.wall_us > healed_us]
+        # Nothing of an earlier identity ran there after the heal. (Kueue v0.19.2 may take
+        # the healed worker's old copy, admitted first, for the job's and delete the other
+        # worker's (docs/multikueue-upstream.md, section 4): then the job is dispatched
+        # again, at a higher A still, which the ledger's checks below judge.)
+        late = [ln for ln in ledger(job) if worker_of(ln) == cut and ln.wall_us > healed_us
+                and admission(ln) <= 3]
         assert late == [], late[:3]
 
         report = await b.stop_job(job, "the test is done")
@@ -201,7 +206,7 @@ async def test_a_cut_worker_stops_its_pods_before_the_job_runs_elsewhere(
     print("executions: " + ", ".join(
         f"A = {e.ident.admissions} in {worker_of(e.lines[0])} "
         f"({(e.end_us - e.start_us) / 1e6:.1f} s)" for e in exs))
-    assert [e.ident.admissions for e in exs] == [1, 2, 3], [e.name for e in exs]
+    assert [e.ident.admissions for e in exs][:3] == [1, 2, 3], [e.name for e in exs]
     for verdict in (check_no_overlap(lines, [], Final()), check_identity(lines, [], Final())):
         assert verdict.ok, verdict.message
     for c, kube in clusters.items():
