@@ -5,7 +5,7 @@ KUBECONFIG_LOCAL ?= /tmp/$(CLUSTER).kubeconfig
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test venv lint unit packaging verify cluster-up cluster-down docs bench bench-tenants chaos clean paths mk-up mk-down mk-test
+.PHONY: demo test venv lint unit packaging verify cluster-up cluster-down docs bench bench-tenants chaos clean paths mk-up mk-down mk-test mk-chaos
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -118,6 +118,11 @@ SEED ?= 1
 chaos: venv
 	$(PY) -m chaos.runner --runs $(RUNS) --seed $(SEED) --kubeconfig $(KUBECONFIG_LOCAL) \
 	  --cluster $(CLUSTER) --out chaos-results
+
+## mk-chaos: RUNS randomized runs of the MultiKueue campaign from SEED on the three local
+## clusters (make mk-up first; 5 to 8 minutes a run); results in chaos-results/multikueue.
+mk-chaos: venv
+	$(PY) -m chaos.multikueue --runs $(RUNS) --seed $(SEED) --out chaos-results/multikueue
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) site .mypy_cache .ruff_cache .pytest_cache
