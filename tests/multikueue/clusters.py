@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
@@ -121,3 +122,17 @@ async def gone(kube: Kube, ns: str) -> None:
 
 async def absent(kube: Kube, res: r.Resource, name: str) -> bool:
     return await kube.get_or_none(res, name) is None
+
+
+def settings(ns: str, stop_job: str = "2m") -> dict[str, Any]:
+    """The library's settings in MultiKueue mode: the manager, both workers, namespace
+    ``ns`` and its queue (as :func:`prepared` makes them)."""
+    return {
+        "cluster": {"kubeconfig": kubeconfig(CLUSTERS[0])},
+        "namespace": ns,
+        "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "kueue": {"localQueue": "lq", "admissionCheck": names.ADMISSION_CHECK,
+                  "multiKueue": {"workers": {w: {"kubeconfig": kubeconfig(w)}
+                                             for w in CLUSTERS[1:]}}},
+        "timeouts": {"request": "10s", "stopJob": stop_job, "preflightProbe": "10s"},
+    }

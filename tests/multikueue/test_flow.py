@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -31,25 +30,13 @@ from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
 from tests.cluster.helpers import IMAGE, eventually
-from tests.multikueue.clusters import CLUSTERS, kubeconfig, prepared
+from tests.multikueue.clusters import CLUSTERS, prepared, settings
 
 pytestmark = [pytest.mark.machine, pytest.mark.asyncio]
 
 NS = "mk-flow"
 MANAGER, WORKERS = CLUSTERS[0], CLUSTERS[1:]
 SCRIPT = "env | grep '^DISPATCH_' | sort; echo mk-ready; sleep 600"
-
-
-def settings() -> dict[str, Any]:
-    return {
-        "cluster": {"kubeconfig": kubeconfig(MANAGER)},
-        "namespace": NS,
-        "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
-        "kueue": {"localQueue": "lq", "admissionCheck": names.ADMISSION_CHECK,
-                  "multiKueue": {"workers": {w: {"kubeconfig": kubeconfig(w)}
-                                             for w in WORKERS}}},
-        "timeouts": {"request": "10s", "stopJob": "2m", "preflightProbe": "10s"},
-    }
 
 
 @pytest_asyncio.fixture
@@ -72,7 +59,7 @@ async def output(b: Backend, job: JobID) -> str | None:
 
 async def test_a_job_runs_in_a_worker_and_stop_job_proves_every_cluster_empty(
         clusters: dict[str, Kube]) -> None:
-    async with await Backend.connect(settings()) as b:
+    async with await Backend.connect(settings(NS)) as b:
         assert not b.observe_only, b.observe_only_reasons
         job = JobID.new()
         spec = JobSpec(["/bin/sh", "-c", SCRIPT], 1,

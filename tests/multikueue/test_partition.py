@@ -24,7 +24,6 @@ import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -43,11 +42,18 @@ from dispatch_kubeflow import (
     ObjectState,
     Observation,
 )
-from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
 from tests.cluster.helpers import eventually
-from tests.multikueue.clusters import CLUSTERS, active, kubeconfig, mk, permit, prepared, renewed
+from tests.multikueue.clusters import (
+    CLUSTERS,
+    active,
+    mk,
+    permit,
+    prepared,
+    renewed,
+    settings,
+)
 
 pytestmark = [pytest.mark.machine, pytest.mark.asyncio]
 
@@ -60,18 +66,6 @@ MANAGER_WAIT = 61.2    # the manager's wait before it revokes: T(1 + rho)/(1 - r
 # The pods of a cut worker stop within the permit's length from the cut (their share ends
 # no later), plus the fence's kill and the ledger's last beat: a few seconds on two cores.
 STOP_SLACK = 5.0
-
-
-def settings() -> dict[str, Any]:
-    return {
-        "cluster": {"kubeconfig": kubeconfig(MANAGER)},
-        "namespace": NS,
-        "probeRuntime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
-        "kueue": {"localQueue": "lq", "admissionCheck": names.ADMISSION_CHECK,
-                  "multiKueue": {"workers": {w: {"kubeconfig": kubeconfig(w)}
-                                             for w in WORKERS}}},
-        "timeouts": {"request": "10s", "stopJob": "3m", "preflightProbe": "10s"},
-    }
 
 
 @pytest_asyncio.fixture
@@ -131,7 +125,7 @@ def hold(instance: int) -> HoldMeta:
 
 async def test_a_cut_worker_stops_its_pods_before_the_job_runs_elsewhere(
         clusters: dict[str, Kube]) -> None:
-    async with await Backend.connect(settings()) as b:
+    async with await Backend.connect(settings(NS, "3m")) as b:
         assert not b.observe_only, b.observe_only_reasons
         job = JobID.new()
         plan = JobPlan(nodes=1, fail_once=False, run_seconds=0, open_at_start=False)
