@@ -27,7 +27,7 @@ test: venv lint unit packaging
 	$(PY) -m pytest tests/verify
 	$(PY) -m pytest -m machine tests/cluster
 	$(PY) -m pytest -m 'not machine' tests/cluster
-	$(PY) -m pytest -s tests/multikueue/test_flow.py tests/multikueue/test_setup.py
+	$(PY) -m pytest -s tests/multikueue/test_flow.py
 
 ## paths: only the paths that make a pod without the readmission gate (a deleted JobSet, a
 ## later attempt, a finished rank, a queue that drops the check; part of `test` too) against
@@ -64,7 +64,7 @@ cluster-down:
 	deploy/local/down.sh $(CLUSTER)
 
 ## mk-up, mk-down: three local clusters for MultiKueue, a Kueue manager and two workers
-## (deploy/local/multikueue.sh; docs/local-cluster.md). `test` runs the flow test (a job through MultiKueue) and the setup's own test.
+## (deploy/local/multikueue.sh; docs/local-cluster.md). `test` runs the flow test (a job through MultiKueue); `mk-test` every one.
 mk-up: venv
 	deploy/local/multikueue.sh up
 

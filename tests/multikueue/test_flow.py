@@ -4,7 +4,7 @@ copy in each worker; Open lets MultiKueue dispatch it; it runs in one worker, wh
 carry the identity the manager approved (A = 1); Inspect names that worker and Output reads
 rank 0 there; StopJob proves the manager and both workers empty.
 
-In ``make test`` (before the setup's own test) and ``make mk-test``: about 30 s with the
+In ``make test`` (the MultiKueue test CI runs) and ``make mk-test``: about 30 s with the
 clusters up (``mk_up``: up once for the session).
 """
 

@@ -1,7 +1,8 @@
 """The three local clusters for MultiKueue (deploy/local/multikueue.sh, issue 30 item 1).
 
-``make test`` runs this, last (about 4.5 minutes warm, 5 GB while the three are up), as
-does ``make mk-test`` with every MultiKueue test. One test, in order: up (or the clusters
+``make mk-test`` runs this with every MultiKueue test (about 4.5 minutes warm, 5 GB while
+the three are up); ``make test`` runs the flow test alone (a cold CI run stays within its
+budget). One test, in order: up (or the clusters
 as they are); both workers joined, MultiKueue's check Active; up again changes no token;
 each worker's dispatch-admission renews its permit in the manager; a cut of worker1 makes
 it unreachable from the manager and the manager from it, while its own API server and
