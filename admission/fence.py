@@ -121,8 +121,8 @@ class Fence:
 STARTED = "/dev/shm/dispatch-fence-started"
 """Written by the fence once the first positive answer came; its startup probe reads it, and
 the pod's other containers start only after that probe (a native sidecar's). In the pod's
-own tmpfs, which every user may write: the fence runs as the image's user (65532), and the
-pod may make its root filesystem read-only. Nothing else of the pod runs before the probe
+own tmpfs, which every user may write: the fence's own root filesystem is read-only, and the
+pod's may be too. Nothing else of the pod runs before the probe
 passes, so nothing else could write it first."""
 TOKEN_DIR = "/var/run/secrets/dispatch-fence"
 AUDIENCE = "dispatch-fence"
@@ -174,6 +174,14 @@ def fence_parts(place: Placement) -> tuple[dict[str, Any], dict[str, Any]]:
                           "readOnly": True}],
         "resources": {"requests": {"cpu": "10m", "memory": "48Mi"},
                       "limits": {"memory": "96Mi"}},
+        # It must kill the pod's processes whatever user they run as: as the image's user
+        # (65532) it could not kill a root workload's, and a cut-off worker's pod ran on
+        # past its share. Root with the one capability to signal, nothing else.
+        "securityContext": {
+            "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False, "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": ["KILL"]}},
     }
     volume = {"name": names.FENCE_CONTAINER, "projected": {"sources": [
         {"serviceAccountToken": {"audience": AUDIENCE, "expirationSeconds": 3600,
@@ -283,10 +291,27 @@ def stop_processes(pids: Callable[[], Iterable[int]] | None = None,
     for pid in (pids or _proc_pids)():
         if pid in (me, 1):
             continue
-        with contextlib.suppress(ProcessLookupError):
+        try:
             kill(pid, signal.SIGKILL)
-            killed.append(pid)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            # Never the end of the fence (it would crash-loop, stopping nothing): the
+            # others are killed, and the caller tries again.
+            _refused(pid)
+            continue
+        killed.append(pid)
     return killed
+
+
+_REFUSED: set[int] = set()
+
+
+def _refused(pid: int) -> None:
+    if pid not in _REFUSED:  # once a process: the stop is tried every half second
+        _REFUSED.add(pid)
+        log.error("the fence may not signal process %d: it keeps running; the fence needs "
+                  "CAP_KILL (its securityContext)", pid)
 
 
 def _proc_pids() -> list[int]:

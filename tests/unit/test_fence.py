@@ -21,6 +21,7 @@ from admission.fence import (
     Fence,
     Placement,
     claims_the_fence,
+    fence_parts,
     sidecar_patch,
     stop_processes,
 )
@@ -210,6 +211,37 @@ async def test_the_stop_kills_every_process_but_the_fence_and_the_pause() -> Non
     killed = stop_processes(lambda: [1, 7, 23, 40, 41], kill, me=7)
     assert killed == [23, 41]
     assert sent == [(23, signal.SIGKILL), (41, signal.SIGKILL)]
+
+
+async def test_a_process_the_fence_may_not_signal_does_not_stop_the_stop(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Seen on the local MultiKueue clusters: the fence, as user 65532, could not kill the
+    workload's processes (root's); the PermissionError ended the fence, which crash-looped,
+    and the cut-off worker's pod ran on for minutes past its share. A refusal is logged and
+    the other processes are killed; the fence keeps trying."""
+    sent: list[int] = []
+
+    def kill(pid: int, sig: int) -> None:
+        if pid == 23:
+            raise PermissionError(1, "Operation not permitted")
+        sent.append(pid)
+    with caplog.at_level("ERROR"):
+        killed = stop_processes(lambda: [1, 7, 23, 41], kill, me=7)
+    assert killed == [41]
+    assert sent == [41]
+    assert "may not signal process 23" in caplog.text
+
+
+async def test_the_fence_may_signal_every_process_of_the_pod_and_nothing_more() -> None:
+    """The fence must be able to kill whatever user the pod's own containers run as: root
+    with the one capability to signal (CAP_KILL), nothing else, no escalation; a pod
+    running as non-root keeps its own containers so."""
+    fence, _ = fence_parts(PLACE)
+    assert fence["securityContext"] == {
+        "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
+        "allowPrivilegeEscalation": False, "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"], "add": ["KILL"]}}
 
 
 async def test_a_fence_that_fails_says_why_before_it_stops_the_pod(
