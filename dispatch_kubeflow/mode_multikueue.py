@@ -160,7 +160,7 @@ def inactive(cluster: str, mkc: Mapping[str, Any]) -> str:
     why = ": ".join(str(cond[k]) for k in ("reason", "message") if cond.get(k)) or (
         f"Active is {cond['status']}" if cond.get("status") else "no Active condition")
     return (f"worker {cluster} is inactive in the manager's MultiKueue ({why}): Kueue "
-            "re-dispatches the job after its workerLostTimeout")
+            "evicts the job from it after its workerLostTimeout")
 
 
 def worker_copy(source: Mapping[str, Any]) -> Obj:

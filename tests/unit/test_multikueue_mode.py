@@ -290,7 +290,7 @@ async def test_inspect_says_when_the_manager_lost_the_worker() -> None:
     assert table  # the state table's detail, kept in front
     assert remark == (
         "worker w1 is inactive in the manager's MultiKueue (ClientConnectionFailed: dial tcp "
-        "10.0.0.7:6443: connect: connection refused): Kueue re-dispatches the job after its "
+        "10.0.0.7:6443: connect: connection refused): Kueue evicts the job from it after its "
         "workerLostTimeout")
     assert (obs.state, obs.cause.reason, obs.cluster) == (ObjectState.RUNNING, "Admitted", "w1")
 
@@ -354,8 +354,8 @@ async def test_a_multikueuecluster_the_library_may_not_read_changes_nothing() ->
 
 
 async def test_a_worker_not_active_for_any_reason_is_said_inactive() -> None:
-    says = "worker w1 is inactive in the manager's MultiKueue ({}): Kueue re-dispatches the " \
-        "job after its workerLostTimeout"
+    says = "worker w1 is inactive in the manager's MultiKueue ({}): Kueue evicts the job " \
+        "from it after its workerLostTimeout"
     unknown = {"status": {"conditions": [{"type": "Active", "status": "Unknown"}]}}
     assert inactive("w1", unknown) == says.format("Active is Unknown")
     assert inactive("w1", {"status": {}}) == says.format("no Active condition")
