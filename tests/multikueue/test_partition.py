@@ -6,9 +6,9 @@ length plus its margin; Kueue evicts the job after its workerLostTimeout. The jo
 again at A = 2 only after A = 1 stopped: in the other worker if Kueue dispatches it while
 the worker is cut (Kueue v0.19.2 does not: it waits for the manager's TrainJob, whose status
 is the lost worker's last, to go inactive), else once the worker is healed. The healed
-worker's permit is granted again, and nothing of A = 1 runs anywhere after the heal. A hold
-then ends A = 2 and a release runs the job again at A = 3. StopJob proves every cluster
-empty.
+worker's permit is granted again, and nothing of A = 1 runs anywhere after the heal. StopJob
+proves every cluster empty. And a hold of a job running in a worker holds it; its release
+does not run it again with the pinned Kueue (kueue#15380, asserted as an expected failure).
 
 What ran when is judged from the ledger (chaos/ledger.sh): every pod of the job appends a
 line every 100 ms to one file on this host (a hostPath: every node of the three clusters is
@@ -192,16 +192,6 @@ async def test_a_cut_worker_stops_its_pods_before_the_job_runs_again(
         await eventually(functools.partial(asyncio.to_thread, lambda: renewed(cut)), 180,
                          f"{cut}'s permit granted again", interval=2)
 
-        # A hold holds in the worker that runs it; a release runs it again, higher still.
-        await b.hold(ref, hold(1))
-        # Held: no alive pod in any worker (MultiKueue deleted its copy in the one that ran
-        # it).
-        await eventually(functools.partial(in_state, b, ref, ObjectState.HELD), 120, "held")
-        await b.release(ref, hold(1))
-        third = await eventually(functools.partial(running_at, b, ref, 3), 240,
-                                 "running again at A = 3")
-        await eventually(functools.partial(beating, job, 3), 60, "A = 3 in the ledger")
-        print(f"held, released: running in {third.cluster} at A = 3")
         # Nothing of an earlier identity ran anywhere after the heal but A = 2 (the healed
         # worker's old copy makes pods that the agent's read of the manager refuses).
         late = [ln for ln in ledger(job) if ln.wall_us > healed_us and admission(ln) == 1]
@@ -216,7 +206,7 @@ async def test_a_cut_worker_stops_its_pods_before_the_job_runs_again(
     print("executions: " + ", ".join(
         f"A = {e.ident.admissions} in {worker_of(e.lines[0])} "
         f"({(e.end_us - e.start_us) / 1e6:.1f} s)" for e in exs))
-    assert [e.ident.admissions for e in exs][:3] == [1, 2, 3], [e.name for e in exs]
+    assert [e.ident.admissions for e in exs] == [1, 2], [e.name for e in exs]
     for verdict in (check_no_overlap(lines, [], Final()), check_identity(lines, [], Final())):
         assert verdict.ok, verdict.message
     for c, kube in clusters.items():
@@ -259,3 +249,60 @@ async def worker_inactive(b: Backend, ref: ObjectRef, worker: str) -> Observatio
 
 async def no_copy(kube: Kube, ref: ObjectRef) -> bool:
     return await kube.get_or_none(r.TRAINJOB, ref.name, ref.namespace) is None
+
+
+async def test_a_hold_holds_in_the_worker_and_a_release_runs_it_again(
+        clusters: dict[str, Kube]) -> None:
+    """A hold of a job running in a worker ends its execution there; its release runs it
+    again at a higher A. With the pinned Kueue the release does not (kueue#15380): the test
+    then checks that this is why, and is an expected failure; a Kueue that fixes it makes
+    the test pass."""
+    async with await Backend.connect(settings(NS, "3m")) as b:
+        job = JobID.new()
+        plan = JobPlan(nodes=1, fail_once=False, run_seconds=0, open_at_start=False)
+        ref = await b.start(job_request(job, plan, RUNTIME))
+        try:
+            await b.open(ref)
+            first = await eventually(functools.partial(running_at, b, ref, 1), 300,
+                                     "running at A = 1")
+            await eventually(functools.partial(beating, job, 1), 60, "A = 1 in the ledger")
+            await b.hold(ref, hold(1))
+            # Held: MultiKueue deleted its copy in the worker, pods and all.
+            await eventually(functools.partial(in_state, b, ref, ObjectState.HELD), 120,
+                             "held")
+            await eventually(functools.partial(silent, job, 1, 5), 60, "A = 1 silent",
+                             interval=1)
+            ones = [ln for ln in ledger(job) if admission(ln) == 1]
+            print(f"\nheld in {first.cluster}: A = 1 ended; releasing")
+            await b.release(ref, hold(1))
+            second = await within(functools.partial(running_at, b, ref, 2), 180)
+            if second is None:
+                await stuck_as_kueue_15380(clusters, ref)
+                pytest.xfail("kueue#15380 (Kueue v0.19.2): the released job's Workload "
+                             "keeps its quota, evicted, behind the manager's stale "
+                             "TrainJob status; the job never runs again")
+            twos = await eventually(functools.partial(beating, job, 2), 60,
+                                    "A = 2 in the ledger")
+            assert twos[0].wall_us > ones[-1].wall_us
+            print(f"running again in {second.cluster} at A = 2")
+        finally:
+            report = await b.stop_job(job, "the test is done")
+            assert report.complete, report
+
+
+async def stuck_as_kueue_15380(clusters: dict[str, Kube], ref: ObjectRef) -> None:
+    """The manager as kueue#15380 leaves it: the Workload evicted yet still reserving quota,
+    and the TrainJob suspended with the last status MultiKueue copied from the worker's (a
+    job active), which Kueue waits on; no copy of it in any worker."""
+    manager = clusters[MANAGER]
+    for w in WORKERS:
+        assert await clusters[w].get_or_none(r.TRAINJOB, ref.name, ref.namespace) is None, w
+    tj = await manager.get(r.TRAINJOB, ref.name, ref.namespace)
+    wls, _ = await manager.list(r.WORKLOAD, ref.namespace)
+    conditions = {c["type"]: c["status"] for wl in wls
+                  for c in (wl.get("status") or {}).get("conditions") or []}
+    assert conditions.get("Evicted") == "True", conditions
+    assert conditions.get("QuotaReserved") == "True", conditions
+    assert (tj.get("spec") or {}).get("suspend") is True, tj.get("spec")
+    jobs = (tj.get("status") or {}).get("jobsStatus") or []
+    assert any((j.get("active") or 0) > 0 for j in jobs), jobs
