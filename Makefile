@@ -120,7 +120,7 @@ chaos: venv
 	  --cluster $(CLUSTER) --out chaos-results
 
 ## mk-chaos: RUNS randomized runs of the MultiKueue campaign from SEED on the three local
-## clusters (make mk-up first; 5 to 8 minutes a run); results in chaos-results/multikueue.
+## clusters (make mk-up first; 5 to 10 minutes a run); results in chaos-results/multikueue.
 mk-chaos: venv
 	$(PY) -m chaos.multikueue --runs $(RUNS) --seed $(SEED) --out chaos-results/multikueue
 
