@@ -91,6 +91,9 @@ async def clusters(mk_up: None) -> AsyncIterator[dict[str, Kube]]:
             for w in WORKERS:
                 mk("heal", w.removeprefix("mk-"))
             await manager.delete(r.CLUSTER_TRAINING_RUNTIME, RUNTIME)
+            # The ledger leaves the machine with the test (a failed test printed what it
+            # judged); the runtime's hostPath made it.
+            shutil.rmtree(LEDGER_DIR, ignore_errors=True)
 
 
 def ledger(job: JobID) -> list[LedgerLine]:
