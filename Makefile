@@ -71,7 +71,7 @@ mk-up: venv
 mk-down:
 	deploy/local/multikueue.sh down
 
-## mk-test: every MultiKueue test (tests/multikueue: the flow, the setup's cut and heal, a job's worker cut off; about 12 minutes warm).
+## mk-test: every MultiKueue test (tests/multikueue: the flow, the setup's cut and heal, a job's worker cut off, a hold; about 20 minutes warm).
 mk-test: venv
 	$(PY) -m pytest -s tests/multikueue
 
