@@ -15,8 +15,8 @@ line every 100 ms to one file on this host (a hostPath: every node of the three 
 on this machine, one clock), and the campaign's checker (chaos/checker.py) judges it: no two
 executions overlap, in any clusters, and each carries a higher identity than every earlier.
 
-In ``make mk-test``: about 6 minutes with the clusters up (Kueue's workerLostTimeout of the
-local setup is 2 minutes).
+In ``make mk-test``: about 8 minutes for its two tests with the clusters up (Kueue's
+workerLostTimeout of the local setup is 2 minutes).
 """
 
 from __future__ import annotations
