@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube, Resource
@@ -52,14 +53,22 @@ async def controller_pods(kube: Kube) -> list[str]:
 
 
 async def wait_healthy(kube: Kube, limit: float) -> str:
+    return await until_no_problem(lambda: health_problem(kube), limit, 2)
+
+
+async def until_no_problem(check: Callable[[], Awaitable[str]], limit: float,
+                           interval: float) -> str:
+    """Ask ``check()`` every ``interval`` seconds: "" once it finds no problem within
+    ``limit`` seconds, else the last problem it found (an error asking counts as one: the
+    API server is not there yet)."""
     deadline = time.monotonic() + limit
     problem = "not checked"
     while time.monotonic() < deadline:
         try:
-            problem = await health_problem(kube)
+            problem = await check()
         except Exception as exc:
             problem = f"API server: {type(exc).__name__}: {exc}"
         if not problem:
             return ""
-        await asyncio.sleep(2)
+        await asyncio.sleep(interval)
     return problem

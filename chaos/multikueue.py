@@ -69,7 +69,7 @@ from typing import Any
 
 from chaos.checker import check_clock, check_identity, check_no_overlap, executions
 from chaos.faults import tool
-from chaos.health import controller_pods, health_problem, lease_holder
+from chaos.health import controller_pods, health_problem, lease_holder, until_no_problem
 from chaos.history import (
     OP_HOLD,
     OP_OPEN,
@@ -84,7 +84,7 @@ from chaos.history import (
 from chaos.objects import QUEUE, job_request, ledger_dir, runtime_body
 from chaos.plan import JobPlan
 from chaos.recorder import DEADLINES, Recorder, now_us, stop_summary
-from chaos.run import LEDGER_HOST_ROOT, _uninterrupted
+from chaos.run import LEDGER_HOST_ROOT, _uninterrupted, startable_backend
 from chaos.runner import STOP_FILE, runner_version
 from dispatch_kubeflow import (
     Actor,
@@ -535,17 +535,8 @@ async def ready_problem(kubes: Mapping[str, Kube]) -> str:
 
 
 async def wait_ready(kubes: Mapping[str, Kube], limit: float) -> str:
-    deadline = time.monotonic() + limit
-    problem = "not checked"
-    while time.monotonic() < deadline:
-        try:
-            problem = await asyncio.wait_for(ready_problem(kubes), 60)
-        except Exception as exc:
-            problem = f"API server: {type(exc).__name__}: {exc}"
-        if not problem:
-            return ""
-        await asyncio.sleep(3)
-    return problem
+    return await until_no_problem(lambda: asyncio.wait_for(ready_problem(kubes), 60),
+                                  limit, 3)
 
 
 # --- one run -------------------------------------------------------------------------------
@@ -740,20 +731,7 @@ class MkRun:
             await self._phase("stop", self._stop(be))
 
     async def _backend(self) -> Backend:
-        """A Backend that may Start (opened again once if its preflight left it
-        observe-only, as chaos.run does)."""
-        reasons = ""
-        for attempt in (1, 2):
-            be = await Backend.connect(backend_settings(self.namespace))
-            if not be.observe_only:
-                return be
-            reasons = "; ".join(be.observe_only_reasons)
-            await be.close()
-            if attempt == 1:
-                print(f"mk-chaos: the Backend is observe-only ({reasons}); opening it again",
-                      file=sys.stderr)
-                await asyncio.sleep(5)
-        raise RuntimeError(f"the Backend stayed observe-only, nothing could start: {reasons}")
+        return await startable_backend(backend_settings(self.namespace), "mk-chaos")
 
     async def _start(self, be: Backend) -> None:
         for k, mj in enumerate(self.plan.jobs):

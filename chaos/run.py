@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from chaos.checker import executions, judge
 from chaos.end import cleanup, observe_final, settle
@@ -31,6 +32,24 @@ LEDGER_HOST_ROOT = Path("/var/lib/dispatch-chaos")
 
 class NotJudged(Exception):
     """A run that cannot be judged; the message says why (the run's recorded error)."""
+
+async def startable_backend(settings: dict[str, Any], who: str) -> Backend:
+    """A Backend that may Start. An observe-only one (its preflight could not prove a
+    capability: a loaded Kueue slow to report the probe gated) refuses every Start, and
+    a run judged on it would pass with nothing run (seed 9504). So it is opened again
+    once, and if it stays observe-only the run ends unjudged, saying why."""
+    for attempt in (1, 2):
+        be = await Backend.connect(settings)
+        if not be.observe_only:
+            return be
+        reasons = "; ".join(be.observe_only_reasons)
+        await be.close()
+        if attempt == 1:
+            print(f"{who}: the Backend is observe-only ({reasons}); opening it again",
+                  file=sys.stderr)
+            await asyncio.sleep(5)
+    raise NotJudged(f"the Backend stayed observe-only, nothing could start: {reasons}")
+
 
 
 @dataclass
@@ -113,21 +132,8 @@ class Run:
         return self.result
 
     async def _backend(self) -> Backend:
-        """A Backend that may Start. An observe-only one (its preflight could not prove a
-        capability: a loaded Kueue slow to report the probe gated) refuses every Start, and
-        a run judged on it would pass with nothing run (seed 9504). So it is opened again
-        once, and if it stays observe-only the run ends unjudged, saying why."""
-        for attempt in (1, 2):
-            be = await Backend.connect(backend_settings(self.kubeconfig, self.namespace))
-            if not be.observe_only:
-                return be
-            reasons = "; ".join(be.observe_only_reasons)
-            await be.close()
-            if attempt == 1:
-                print(f"chaos: the Backend is observe-only ({reasons}); opening it again",
-                      file=sys.stderr)
-                await asyncio.sleep(5)
-        raise NotJudged(f"the Backend stayed observe-only, nothing could start: {reasons}")
+        return await startable_backend(backend_settings(self.kubeconfig, self.namespace),
+                                       "chaos")
 
     async def _start_jobs(self, be: Backend) -> None:
         assert self.rec is not None

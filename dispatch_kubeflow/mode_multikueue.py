@@ -42,7 +42,7 @@ from dispatch_kubeflow.settings import (
     MultiKueueSettings,
     Settings,
 )
-from dispatch_kubeflow.state import pods_where
+from dispatch_kubeflow.state import dispatched_to, pods_where
 from dispatch_kubeflow.workers import Workers
 
 Obj = dict[str, Any]
@@ -133,7 +133,7 @@ class MultiKueueMode(KueueMode):
         ``workerLostTimeout``), and this says why nothing moves meanwhile. One GET of the
         worker's MultiKueueCluster in the manager; a role that may not read it (an optional
         permission) loses this remark alone, never the Inspect."""
-        cluster = str(((workload or {}).get("status") or {}).get("clusterName") or "")
+        cluster = dispatched_to(workload)
         if not cluster or is_true(workload, "Finished"):
             return ""  # not dispatched, or done: nothing for Kueue to dispatch again
         try:

@@ -118,8 +118,7 @@ def observe(trainjob: Obj | None, workload: Obj | None, pods: Sequence[Obj]) -> 
                            pods=n_pods, restarts=j, pods_running=running)
     a = admissions(trainjob)
 
-    # MultiKueue: the worker the Workload was dispatched to ("" in any other mode).
-    cluster = str(((workload or {}).get("status") or {}).get("clusterName") or "")
+    cluster = dispatched_to(workload)
 
     def obs(state: ObjectState, detail: str = "", reason: str = "", hold: int = 0,
             until: datetime | None = None) -> Observation:
@@ -222,13 +221,19 @@ def _pods_running(pods: Sequence[Obj]) -> str:
     return f"{running} of {len(pods)} pods running"
 
 
+def dispatched_to(workload: Obj | None) -> str:
+    """MultiKueue: the worker the Workload was dispatched to, its ``status.clusterName`` (""
+    when none, and in any other mode)."""
+    return str(((workload or {}).get("status") or {}).get("clusterName") or "")
+
+
 def pods_where(workload: Obj | None, workers: Mapping[str, T]) -> Mapping[str, T]:
     """Of MultiKueue's ``workers`` (by MultiKueueCluster name), those whose pods count for the
     job of ``workload``: the worker its ``status.clusterName`` names, else every one — not
     dispatched, or no longer (evicted: MultiKueue clears the name while the last
     execution's pods may still be going), or to a worker not among them — so that nothing
     says held while a pod is left anywhere. Inspect reads there, and a listing counts there."""
-    cluster = str(((workload or {}).get("status") or {}).get("clusterName") or "")
+    cluster = dispatched_to(workload)
     if cluster in workers:
         return {cluster: workers[cluster]}
     return workers

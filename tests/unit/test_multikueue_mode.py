@@ -466,13 +466,19 @@ def webhook_refuses_dispatch_pods(verb: str, res: Resource, name: str) -> None:
                                        reason="Forbidden", webhook=names.WEBHOOK_NAME)
 
 
-async def test_the_preflight_names_what_a_worker_lacks() -> None:
-    c = Clusters()
+def serving(c: Clusters) -> None:
+    """Each worker serves Trainer's, JobSet's and Kueue's APIs, and its dispatch-admission
+    webhook refuses the pods of a job that does not exist there."""
     for k in (c.w1, c.w2):
         k.served = {names.TRAINER_GROUP: [names.TRAINER_VERSION],
                     names.JOBSET_GROUP: [names.JOBSET_VERSION],
                     names.KUEUE_GROUP: [names.KUEUE_VERSION]}
         k.before = webhook_refuses_dispatch_pods
+
+
+async def test_the_preflight_names_what_a_worker_lacks() -> None:
+    c = Clusters()
+    serving(c)
     await permits(c, {"w1": "dispatch-admission-a", "w2": "dispatch-admission-b"})
     assert await check_workers(c.workers, NS, c.manager) == {}
     assert not c.w1.all(POD)  # a dry run: nothing made
@@ -514,11 +520,7 @@ async def test_the_preflight_proves_each_worker_renews_its_permit() -> None:
     worker mode does, and then refuses every pod MultiKueue's copy makes: only the worker's
     permit, renewed in the manager by its agent, shows the worker mode runs there."""
     c = Clusters()
-    for k in (c.w1, c.w2):
-        k.served = {names.TRAINER_GROUP: [names.TRAINER_VERSION],
-                    names.JOBSET_GROUP: [names.JOBSET_VERSION],
-                    names.KUEUE_GROUP: [names.KUEUE_VERSION]}
-        k.before = webhook_refuses_dispatch_pods
+    serving(c)
     await permits(c, {"w1": ""})  # made, never renewed; w2's not made at all
     problems = await check_workers(c.workers, NS, c.manager)
     assert list(problems) == [Capability.ATTEMPT_INJECTION]
