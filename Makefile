@@ -104,12 +104,14 @@ bench: venv
 	$(BENCH_VENV)/bin/python bench/scale.py --jobs $(SCALE_JOBS) --cluster $(CLUSTER) --sdk 3
 
 ## bench-tenants: the controller beside another team's $$(FOREIGN) Workloads, N = $$(TENANT_JOBS)
-## dispatch jobs without and then beside them, on the local cluster $$(CLUSTER) (issue 28).
+## dispatch jobs without and then beside them, on the local cluster $$(CLUSTER) (issue 28);
+## TENANT_FLAGS='--floor --fenced-floor' adds the scale benchmark's floors to the same run.
 TENANT_JOBS ?= 1000
 FOREIGN ?= 10000
+TENANT_FLAGS ?=
 bench-tenants: venv
 	KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) bench/tenants.py --jobs $(TENANT_JOBS) \
-	  --foreign $(FOREIGN) --cluster $(CLUSTER)
+	  --foreign $(FOREIGN) --cluster $(CLUSTER) $(TENANT_FLAGS)
 
 ## chaos: RUNS randomized runs of the fault suite from SEED against the local cluster
 ## $$(CLUSTER) (its fault tools too); results in chaos-results/ (docs/guarantees.md).

@@ -13,6 +13,13 @@ Three steps on one cluster, in one run:
    controller had ``--settle`` seconds to take them in.
 3. **beside**: the same N dispatch jobs again, with the F foreign Workloads still there.
 
+With ``--floor`` the scale benchmark's floor runs between 1 and 2, before any foreign
+Workload exists, and with ``--fenced-floor`` its fenced floor after 3, the foreign Workloads
+deleted first; ``scale.py``'s table sets the alone phase beside each. One run then answers
+issue 28's items 1 to 3 (the tenants; StopJob of N at once and the client's memory beside
+the floor; the decision beside the floor and the fenced floor), where a tenants run and a
+scale run took a second alone phase (about 30 minutes at N = 1,000).
+
 Printed: the controller's RSS (both replicas, the larger) idle, after the foreign ones,
 and at each phase's peak; the decision latency p50/p90/p99 of both phases and their ratio.
 The goals: RSS <= 150 MB beside 10,000 foreign Workloads and 1,000 jobs; p99 beside within
@@ -34,10 +41,12 @@ import sys
 import time
 import uuid
 
-from phases import Phase, dispatch_phase
+from bare import FLOOR_CHECK, FLOOR_CONTROLLER, floor_check
+from fenced import FENCED_CHECK, FENCED_CONTROLLER
+from phases import Phase, dispatch_phase, floor_phase
 from queues import drop_queue
 from sampler import Sampler, cluster_pids
-from tables import pct, ratio
+from tables import pct, ratio, table
 
 from dispatch_kubeflow.core import names
 from dispatch_kubeflow.errors import DispatchError
@@ -111,6 +120,18 @@ def report(alone: Phase, beside: Phase, idle_mb: float, foreign_mb: float, forei
           f"{beside.lost} / {beside.failed} | |")
 
 
+async def floor_run(kubeconfig: str, admin: Kube, a: argparse.Namespace,
+                    pids: dict[str, list[int]], tag: str, *, fenced: bool) -> Phase:
+    """One of the scale benchmark's floors over ``a.jobs`` jobs, its AdmissionCheck made for
+    it and removed after."""
+    check = (FENCED_CHECK, FENCED_CONTROLLER) if fenced else (FLOOR_CHECK, FLOOR_CONTROLLER)
+    await floor_check(admin, True, *check)
+    try:
+        return await floor_phase(kubeconfig, admin, a.jobs, a.quota, pids, tag, fenced=fenced)
+    finally:
+        await floor_check(admin, False, check[0])
+
+
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=200, help="N dispatch jobs in each phase")
@@ -119,6 +140,10 @@ async def main() -> int:
     ap.add_argument("--settle", type=float, default=30.0,
                     help="seconds the controller gets to take the foreign Workloads in")
     ap.add_argument("--cluster", default="dk", help="the local cluster (its processes' figures)")
+    ap.add_argument("--floor", action="store_true",
+                    help="the scale benchmark's floor after the alone phase, its table beside it")
+    ap.add_argument("--fenced-floor", action="store_true",
+                    help="last the fenced floor (bench/fenced.py), beside the alone phase")
     a = ap.parse_args()
     kubeconfig = os.environ.get("KUBECONFIG")
     if not kubeconfig:
@@ -138,6 +163,9 @@ async def main() -> int:
               f"{alone.peak_rss.get('controller (per replica)', float('nan')):.0f} MB, "
               f"lost/failed {alone.lost}/{alone.failed} (idle before: {idle:.0f} MB)",
               flush=True)
+        # The minimal floor before any foreign Workload: it stands beside the alone phase.
+        if a.floor:
+            table(alone, await floor_run(kubeconfig, admin, a, pids, tag, fenced=False))
         made = await make_foreign(admin, foreign_ns, a.foreign)
         await asyncio.sleep(a.settle)
         after = controller_mb(pids)
@@ -145,6 +173,10 @@ async def main() -> int:
               f"{after:.0f} MB {a.settle:.0f} s later", flush=True)
         beside = await dispatch_phase(kubeconfig, admin, a.jobs, a.quota, pids, f"{tag}b")
         report(alone, beside, idle, after, a.foreign, made)
+        if a.fenced_floor:
+            # Last, with the foreign Workloads gone again: items 1 and 2 come first.
+            await drop_queue(admin, foreign_ns)
+            table(alone, await floor_run(kubeconfig, admin, a, pids, tag, fenced=True))
     finally:
         with contextlib.suppress(DispatchError):
             await drop_queue(admin, foreign_ns)
