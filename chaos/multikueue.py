@@ -99,8 +99,10 @@ from dispatch_kubeflow import (
     errors,
 )
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.admission_count import newest_workload
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
+from dispatch_kubeflow.mode_multikueue import stuck_eviction
 
 # --- the clusters (deploy/local/multikueue.sh's defaults) -----------------------------------
 
@@ -900,9 +902,20 @@ class MkRun:
                     continue
                 states[k] = (f"{obs.state.value} in {obs.cluster or '-'} at A = "
                              f"{obs.admissions}, {obs.pods_running} pod(s) running")
-                if not (obs.state in (ObjectState.SUCCEEDED, ObjectState.FAILED)
-                        or (obs.state is ObjectState.RUNNING and obs.pods_running)):
-                    pending.append(k)
+                if obs.state in (ObjectState.SUCCEEDED, ObjectState.FAILED) or (
+                        obs.state is ObjectState.RUNNING and obs.pods_running):
+                    continue
+                # Never to run again (kueue#15380, after a hold): waiting on is waiting for
+                # nothing; StopJob and the judgement follow as for any other job.
+                try:
+                    stuck = await self._stuck(st)
+                except errors.KubeError as exc:
+                    stuck = ""
+                    states[k] += f"; not read whether stuck: {exc}"[:200]
+                if stuck:
+                    states[k] += f"; {stuck}"
+                    continue
+                pending.append(k)
             if not pending or time.monotonic() > deadline:
                 break
             await asyncio.sleep(3)
@@ -910,6 +923,23 @@ class MkRun:
             self.result.jobs[k]["settled"] = state
         self.result.notes += [f"job {k} neither finished nor running {SETTLE_SECONDS:g} s "
                               f"after the heals: {states[k]}" for k in pending]
+
+    async def _stuck(self, st: _Job) -> str:
+        """What Inspect says of job ``st``'s eviction when it cannot end (the library's rule,
+        read here on the harness's connections), "" otherwise."""
+        if st.ref is None:
+            return ""
+        manager = self.kubes[MANAGER]
+        tj = await manager.get_or_none(r.TRAINJOB, st.ref.name, st.ref.namespace)
+        if tj is None:
+            return ""
+        wls, _ = await manager.list(r.WORKLOAD, st.ref.namespace, label_selector=(
+            f"{names.KUEUE_JOB_UID_LABEL}={tj['metadata']['uid']}"))
+        wl = newest_workload(wls)
+        if wl is None:
+            return ""
+        return await stuck_eviction(tj, wl, {w: self.kubes[w] for w in WORKERS},
+                                    datetime.now(UTC))
 
     async def _stop(self, be: Backend) -> None:
         for k, st in enumerate(self.jobs):

@@ -112,7 +112,8 @@ class KueueMode:
                 ) -> Mapping[str, KubeAPI]:
         return {"": kube}  # the backend's own cluster
 
-    async def remark(self, kube: KubeAPI, workload: Mapping[str, Any] | None) -> str:
+    async def remark(self, kube: KubeAPI, trainjob: Mapping[str, Any] | None,
+                     workload: Mapping[str, Any] | None) -> str:
         return ""  # the Workload says all there is
 
     # --- hold and release -----------------------------------------------------------------

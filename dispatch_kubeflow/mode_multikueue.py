@@ -14,7 +14,9 @@ approves, held and released. What differs:
 * the pods are in the worker the Workload names (``status.clusterName``): Inspect reads
   them there and reports that worker (``Observation.cluster``); with no worker named (not
   dispatched yet, or evicted) it reads every worker's. When the manager's MultiKueue has
-  lost that worker (its MultiKueueCluster not ``Active``), Inspect's cause says so.
+  lost that worker (its MultiKueueCluster not ``Active``), Inspect's cause says so; and
+  when an eviction can never end (kueue#15380: the manager's TrainJob still says a job
+  active and no worker holds a copy to say otherwise), it says that and what to do.
 
 The workers are the backend's (:mod:`dispatch_kubeflow.workers`); StopJob, find and Output
 go through them as they go through the backend's own cluster. This is the only module that
@@ -25,14 +27,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dispatch_kubeflow import errors
 from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.kueue import dispatched_by_multikueue
 from dispatch_kubeflow.core.objects import condition, is_true, meta
+from dispatch_kubeflow.core.times import parse_time
 from dispatch_kubeflow.informer import Informers
 from dispatch_kubeflow.kube import KubeAPI
-from dispatch_kubeflow.kube.resources import MULTIKUEUE_CLUSTER, TRAINING_RUNTIME
+from dispatch_kubeflow.kube.resources import MULTIKUEUE_CLUSTER, TRAINING_RUNTIME, TRAINJOB
 from dispatch_kubeflow.mode_kueue import KueueMode
 from dispatch_kubeflow.model import ObjectRef
 from dispatch_kubeflow.preflight.mode import Proofs
@@ -46,6 +51,11 @@ from dispatch_kubeflow.state import dispatched_to, pods_where
 from dispatch_kubeflow.workers import Workers
 
 Obj = dict[str, Any]
+
+STUCK_AFTER = timedelta(seconds=30)
+"""How long an eviction may keep the job's quota before Inspect calls it stuck. When it
+works, MultiKueue copies the stopped worker's status within seconds and Kueue then frees the
+quota; the bound also absorbs skew between Kueue's clock (the condition's time) and ours."""
 
 
 class MultiKueueMode(KueueMode):
@@ -127,15 +137,25 @@ class MultiKueueMode(KueueMode):
                 ) -> Mapping[str, KubeAPI]:
         return pods_where(workload, self.workers)
 
-    async def remark(self, kube: KubeAPI, workload: Mapping[str, Any] | None) -> str:
-        """The worker the Workload names, when the manager's MultiKueue has lost it: the
-        state stays what the Workload says (Kueue evicts the job only after its
-        ``workerLostTimeout``), and this says why nothing moves meanwhile. One GET of the
-        worker's MultiKueueCluster in the manager; a role that may not read it (an optional
-        permission) loses this remark alone, never the Inspect."""
+    async def remark(self, kube: KubeAPI, trainjob: Mapping[str, Any] | None,
+                     workload: Mapping[str, Any] | None) -> str:
+        """Why nothing moves, where Kueue's objects do not say it themselves:
+
+        * the worker the Workload names, when the manager's MultiKueue has lost it: the
+          state stays what the Workload says (Kueue evicts the job only after its
+          ``workerLostTimeout``). One GET of the worker's MultiKueueCluster in the manager;
+          a role that may not read it (an optional permission) loses this remark alone,
+          never the Inspect;
+        * an eviction that cannot end (:func:`stuck_eviction`, kueue#15380). A GET of the
+          TrainJob in each worker, only while the manager's objects look so."""
         cluster = dispatched_to(workload)
-        if not cluster or is_true(workload, "Finished"):
-            return ""  # not dispatched, or done: nothing for Kueue to dispatch again
+        if is_true(workload, "Finished"):
+            return ""  # done: nothing for Kueue to dispatch again
+        if not cluster:
+            if trainjob is None or workload is None:
+                return ""
+            return await stuck_eviction(trainjob, workload, self.workers,
+                                        datetime.now(UTC))
         try:
             mkc = await kube.get(MULTIKUEUE_CLUSTER, cluster)
         except errors.KubeNotFound:
@@ -143,6 +163,50 @@ class MultiKueueMode(KueueMode):
         except errors.KubeForbidden:
             return ""
         return inactive(cluster, mkc)
+
+
+def stale_active(trainjob: Mapping[str, Any], workload: Mapping[str, Any],
+                 now: datetime) -> int:
+    """How many jobs the manager's MultiKueue TrainJob still says active while its Workload,
+    evicted at least :data:`STUCK_AFTER` ago, still reserves quota; 0 when that is not so.
+
+    Kueue frees an evicted Workload's quota only once its job is not active (jobframework:
+    ``!job.IsActive()``, which for a TrainJob reads ``status.jobsStatus``), and in the
+    manager that status is the copy MultiKueue last took from the worker's TrainJob."""
+    if not dispatched_by_multikueue(dict(trainjob)):
+        return 0
+    evicted = condition(dict(workload), "Evicted") or {}
+    since = parse_time(evicted.get("lastTransitionTime"))
+    if evicted.get("status") != "True" or since is None or now - since < STUCK_AFTER:
+        return 0
+    if not is_true(dict(workload), "QuotaReserved"):
+        return 0
+    jobs = (trainjob.get("status") or {}).get("jobsStatus") or []
+    return sum(int(j.get("active") or 0) for j in jobs if isinstance(j, Mapping))
+
+
+async def stuck_eviction(trainjob: Mapping[str, Any], workload: Mapping[str, Any],
+                         workers: Mapping[str, KubeAPI], now: datetime) -> str:
+    """What Inspect says of an eviction that cannot end, "" when it can: :func:`stale_active`
+    holds and no worker has the job's TrainJob, so no status will ever be copied again
+    (kueue#15380: after a hold, MultiKueue may delete the worker's copy before its status
+    said the job stopped). A worker that holds a copy, or does not answer, may still send
+    one: then nothing is said. The state table's state stays (Kueue's), the fix is the
+    user's: StopJob, then a later attempt."""
+    active = stale_active(trainjob, workload, now)
+    if not active:
+        return ""
+    m = meta(dict(trainjob))
+    for wk in workers.values():
+        try:
+            if await wk.get_or_none(TRAINJOB, m["name"], m["namespace"]) is not None:
+                return ""
+        except errors.KubeError:
+            return ""  # unknown: it may hold a copy
+    return ("Kueue keeps the job's quota, evicted, until the manager's TrainJob says its "
+            f"job stopped, but that status is MultiKueue's last copy from a worker ({active} "
+            "active) and no worker holds the job any more, so it never will (kueue#15380): "
+            "StopJob the job and start a later attempt")
 
 
 def worker_settings(settings: Settings) -> Mapping[str, ClusterSettings]:

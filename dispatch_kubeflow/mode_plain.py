@@ -94,7 +94,8 @@ class PlainMode:
                 ) -> Mapping[str, KubeAPI]:
         return {"": kube}  # the backend's own cluster
 
-    async def remark(self, kube: KubeAPI, workload: Mapping[str, Any] | None) -> str:
+    async def remark(self, kube: KubeAPI, trainjob: Mapping[str, Any] | None,
+                     workload: Mapping[str, Any] | None) -> str:
         return ""  # nothing beyond the TrainJob and its pods to say
 
     async def release_expired(self, kube: KubeAPI, ref: ObjectRef) -> None:

@@ -2,7 +2,8 @@
 
 What is read beyond the TrainJob and its pods is the mode's (:class:`ObserveMode`): Kueue
 mode also reads the TrainJob's Workload, and MultiKueue mode, for Inspect alone, the
-MultiKueueCluster of the worker the Workload names (:meth:`ObserveMode.remark`). Inspect
+MultiKueueCluster of the worker the Workload names, or the job's TrainJob in each worker
+when an eviction looks stuck (:meth:`ObserveMode.remark`). Inspect
 only reads. A wait is a watch, not a poll, and it is where plain mode's library acts on a
 hold that expired (plain mode has no controller to do it): see :func:`wait`. Concurrent
 waits share the watches, one per kind of the namespace (:mod:`dispatch_kubeflow.informer`),
@@ -61,10 +62,12 @@ class ObserveMode(Protocol):
         its connection (MultiKueue: the worker the Workload names, else every worker)."""
         ...
 
-    async def remark(self, kube: KubeAPI, workload: Mapping[str, Any] | None) -> str:
+    async def remark(self, kube: KubeAPI, trainjob: Mapping[str, Any] | None,
+                     workload: Mapping[str, Any] | None) -> str:
         """What Inspect adds to the state table's ``cause.detail`` from beyond the job's
         objects ("": nothing). MultiKueue: the worker the Workload names, when the manager's
-        MultiKueue lost it (the state stays the table's: Kueue acts on it in its time)."""
+        MultiKueue lost it, or an eviction that cannot end (kueue#15380); the state stays
+        the table's."""
         ...
 
 
@@ -101,7 +104,7 @@ async def inspect(kube: KubeAPI, mode: ObserveMode, ref: ObjectRef) -> Observati
     appended to the cause's detail. Reads only, in every mode."""
     trainjob, workload, pods = await read(kube, mode, ref)
     obs = state.observe(trainjob, workload, pods)
-    remark = await mode.remark(kube, workload)
+    remark = await mode.remark(kube, trainjob, workload)
     if not remark:
         return obs
     detail = f"{obs.cause.detail}; {remark}" if obs.cause.detail else remark

@@ -281,6 +281,10 @@ async def test_a_hold_holds_in_the_worker_and_a_release_runs_it_again(
             second = await within(functools.partial(running_at, b, ref, 2), 180)
             if second is None:
                 await stuck_as_kueue_15380(clusters, ref)
+                # What the user sees: the eviction that cannot end, and what to do.
+                stuck = await b.inspect(ref)
+                print(f"Inspect: {stuck.state.value}; {stuck.cause.detail}")
+                assert "(kueue#15380): StopJob the job" in stuck.cause.detail, stuck.cause
                 pytest.xfail("kueue#15380 (Kueue v0.19.2): the released job's Workload "
                              "keeps its quota, evicted, behind the manager's stale "
                              "TrainJob status; the job never runs again")

@@ -10,6 +10,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 
@@ -35,6 +36,7 @@ from chaos.multikueue import (
     summary_row,
 )
 from dispatch_kubeflow import (
+    Backend,
     HoldMeta,
     JobID,
     ObjectRef,
@@ -44,7 +46,10 @@ from dispatch_kubeflow import (
     StartRequest,
     StopReport,
 )
+from dispatch_kubeflow.core import names
 from dispatch_kubeflow.kube import Kube
+from dispatch_kubeflow.kube.resources import TRAINJOB, WORKLOAD
+from tests.unit.fake_kube import FakeKube
 
 SEEDS = range(200)
 T0 = 1_800_000_000_000_000  # wall_us
@@ -478,3 +483,40 @@ async def test_a_run_records_its_steps_executions_and_verdicts(
     ops = [json.loads(ln)["op"] for ln in (kept / "ops.jsonl").read_text().splitlines()]
     assert sorted(ops) == sorted(["start", "open", "hold", "release", "stop_job",
                                   "step:cut", "step:hold", "step:restart-apiserver"])
+
+
+class QueuedBackend(FakeBackend):
+    """Inspect says queued, as it does of a released job kueue#15380 keeps evicted."""
+
+    async def inspect(self, ref: ObjectRef) -> Observation:
+        return Observation(ObjectState.QUEUED)
+
+
+@pytest.mark.asyncio
+async def test_a_job_kueue_15380_keeps_evicted_is_not_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the heals a run waits for every job to finish or run; a job whose eviction can
+    never end (the library's rule: its TrainJob says a job active, no worker holds it) is
+    settled at once, said so, and not reported as neither finished nor running. The old
+    harness waited out its 420 s."""
+    manager, w1, w2 = FakeKube(1), FakeKube(2), FakeKube(3)
+    ns, name = "mk-chaos-1-0", "dj-x-s1"
+    tj = await manager.create(TRAINJOB, {"metadata": {"name": name}, "spec": {
+        "managedBy": names.MULTIKUEUE_CONTROLLER, "suspend": True},
+        "status": {"jobsStatus": [{"name": "node", "active": 1}]}}, ns)
+    evicted = (datetime.now(UTC) - timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await manager.create(WORKLOAD, {
+        "metadata": {"name": f"trainjob-{name}",
+                     "labels": {names.KUEUE_JOB_UID_LABEL: tj["metadata"]["uid"]}},
+        "status": {"conditions": [
+            {"type": "QuotaReserved", "status": "True", "lastTransitionTime": evicted},
+            {"type": "Evicted", "status": "True", "lastTransitionTime": evicted}]}}, ns)
+    monkeypatch.setattr(mk, "SETTLE_SECONDS", 0.5)
+    run = MkRun(1, 0, tmp_path / "out", cast("dict[str, Kube]", {
+        MANAGER: manager, WORKERS[0]: w1, WORKERS[1]: w2}))
+    job = mk._Job(JobID(JOB), mk.MkJob(0.0), ObjectRef(ns, name))
+    run.jobs = [job]
+    run.result.jobs = [{}]
+    await run._settle(cast("Backend", QueuedBackend()))
+    assert "kueue#15380" in run.result.jobs[0]["settled"]
+    assert run.result.notes == []

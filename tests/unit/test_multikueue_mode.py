@@ -380,6 +380,77 @@ async def test_a_finished_job_says_nothing_of_its_worker() -> None:
     assert (obs.state, obs.cause.detail, read) == (ObjectState.SUCCEEDED, "done", [])
 
 
+def stamp(seconds_ago: float) -> str:
+    return (datetime.now(UTC) - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def evicted_keeping_quota(c: Clusters, seconds_ago: float, active: int = 1) -> None:
+    """The manager as kueue#15380 leaves a released job: the Workload evicted
+    ``seconds_ago`` (the hold's eviction), still reserving quota, naming no worker; the
+    TrainJob suspended, its status the worker's last (``active`` jobs); the worker's copy
+    and its pods deleted by MultiKueue."""
+    wl = c.manager.all(WORKLOAD)[0]
+    c.manager.write_now(WORKLOAD, wl["metadata"]["name"], NS, {
+        "spec": {"active": True}, "status": {"clusterName": None, "conditions": [
+            {"type": "QuotaReserved", "status": "True", "lastTransitionTime": stamp(600)},
+            {"type": "Evicted", "status": "True", "reason": "InactiveWorkload",
+             "lastTransitionTime": stamp(seconds_ago)}]}})
+    c.manager.write_now(TRAINJOB, TJ, NS, {"spec": {"suspend": True}, "status": {
+        "jobsStatus": [{"name": "node", "active": active, "ready": active}]}})
+    for res in (POD, JOB, JOBSET, TRAINJOB):
+        for obj in c.w1.all(res):
+            await c.w1.delete(res, obj["metadata"]["name"], NS)
+
+
+STUCK = ("Kueue keeps the job's quota, evicted, until the manager's TrainJob says its job "
+         "stopped, but that status is MultiKueue's last copy from a worker (1 active) and no "
+         "worker holds the job any more, so it never will (kueue#15380): StopJob the job and "
+         "start a later attempt")
+
+
+async def test_inspect_says_an_eviction_that_cannot_end_and_what_to_do() -> None:
+    """kueue#15380 (seen on the local clusters with Kueue v0.19.2): after a hold MultiKueue
+    deleted the worker's copy before its status said the job stopped, so the manager's
+    TrainJob says a job active for ever and Kueue never frees the quota; released, the job
+    never runs. Inspect says so, and the fix, once the eviction is 30 s old."""
+    c = Clusters()
+    await c.start()
+    await worker_runs_it(c, c.w1, "w1")
+    await evicted_keeping_quota(c, seconds_ago=60)
+    async with await backend(c) as b:
+        obs = await b.inspect(f"{NS}/{TJ}")
+    assert obs.cause.detail.endswith(STUCK), obs.cause.detail
+    assert obs.cluster == ""
+
+
+async def test_an_eviction_that_can_still_end_says_nothing_of_kueue_15380() -> None:
+    """Young (MultiKueue copies the worker's stopped status within seconds), or a worker
+    that still holds a copy or does not answer (it may still send one), or nothing active,
+    or the quota freed: no remark."""
+    says = []
+    for case in ("young", "copy", "unanswered", "inactive", "freed"):
+        c = Clusters()
+        await c.start()
+        await worker_runs_it(c, c.w1, "w1")
+        await evicted_keeping_quota(c, seconds_ago=10 if case == "young" else 60,
+                                    active=0 if case == "inactive" else 1)
+        if case == "copy":
+            await c.w2.create(TRAINJOB, {"metadata": {"name": TJ}}, NS)
+        if case == "unanswered":
+            c.w2.before = lambda verb, res, name: unreachable(verb, res, name) \
+                if res is TRAINJOB else None
+        if case == "freed":
+            wl = c.manager.all(WORKLOAD)[0]
+            c.manager.write_now(WORKLOAD, wl["metadata"]["name"], NS, {"status": {
+                "conditions": [{"type": "Evicted", "status": "True",
+                                "lastTransitionTime": stamp(60)},
+                               {"type": "QuotaReserved", "status": "False"}]}})
+        async with await backend(c) as b:
+            obs = await b.inspect(f"{NS}/{TJ}")
+        says.append((case, "kueue#15380" in obs.cause.detail))
+    assert says == [(case, False) for case, _ in says]
+
+
 async def test_kueue_mode_never_reads_a_multikueuecluster() -> None:
     """The same objects (a Workload naming a lost worker) read by a MultiKueue backend and
     by a Kueue-mode one: only the first asks the manager about the worker."""
