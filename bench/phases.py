@@ -55,6 +55,9 @@ class Phase:
     watches: dict[str, int] = field(default_factory=dict)
     idle_watches: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    transient_failures: dict[str, int] = field(default_factory=dict)
+    """The client's tries that failed transiently (timed out, refused, 429, 503, ...), by
+    reason, whether a later try succeeded or not (``Kube.transient_failures``)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -176,6 +179,7 @@ async def dispatch_client(kubeconfig: str, ns: str, n: int) -> Phase:
         ph.wall_s = now() - began
         await backend.close()
     finally:
+        ph.transient_failures = dict(kube.transient_failures)
         await kube.close()
     return ph
 
@@ -242,6 +246,7 @@ async def floor_client(kubeconfig: str, ns: str, n: int) -> Phase:
         ph.stop_wall_s = now() - t0
         ph.wall_s = now() - began
     finally:
+        ph.transient_failures = dict(kube.transient_failures)
         await kube.close()
     stops = [x for x in stopped if not isinstance(x, BaseException)]
     ph.lost = n - len(stops)

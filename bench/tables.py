@@ -56,6 +56,8 @@ def table(d: Phase, f: Phase, workers: int | None = None) -> None:
     row("StopJob per job max, s", max(d.stop_s, default=0), max(f.stop_s, default=0), ".2f")
     row("jobs lost", d.lost, f.lost)
     row("jobs failed", d.failed, f.failed)
+    row("requests failed a try (timeout, 429, ...)",
+        sum(d.transient_failures.values()), sum(f.transient_failures.values()))
     row("jobs with A != 1", d.bad_a, None)
     row("waits ended early (DeadlineExceeded)", d.early_deadlines, None)
     # Either phase's names: with --no-dispatch only the floor measured them.
@@ -68,6 +70,9 @@ def table(d: Phase, f: Phase, workers: int | None = None) -> None:
     for res in WATCHED:
         row(f"API server watches (waits/before): {res}", d.watches.get(res, 0),
             d.idle_watches.get(res, 0), one_phase=True)
+    for side in (d, f):
+        if side.transient_failures:
+            print(f"  note: {side.name}'s failed tries by reason: {side.transient_failures}")
     for note in sorted(set(d.notes + f.notes))[:10]:
         print(f"  note: {note}")
 

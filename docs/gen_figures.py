@@ -578,6 +578,7 @@ _BENCH_ROWS: dict[str, tuple[str, ...]] = {
     "StopJob of all at once, wall s": ("stop_all_wall_s",),
     "StopJob per job p50, s": ("stop_per_job_p50_s",),
     "jobs lost": ("lost",),
+    "requests failed a try (timeout, 429, ...)": ("transient_failures",),
     "jobs failed": ("failed",),
     "jobs with A != 1": ("bad_a",),
     "waits ended early (DeadlineExceeded)": ("early",),

@@ -24,6 +24,8 @@ exception's type (never its message):
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dispatch_kubeflow.kube.credentials import Connection
 from dispatch_kubeflow.kube.kubeconfig import load_connection, require_kubeconfig
 from dispatch_kubeflow.kube.port import KubeAPI, Obj, PatchKind, WatchEvent
@@ -63,6 +65,7 @@ class Kube(Watching, LogStreams, Observes):
         self.watch_backoff = watch_backoff
         self.transient_window = transient_window
         self.requests = 0
+        self.transient_failures = Counter()
 
     @classmethod
     async def connect(

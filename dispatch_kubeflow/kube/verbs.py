@@ -10,6 +10,7 @@ import asyncio
 import builtins
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -43,6 +44,10 @@ class Requests:
     """Seconds one request rides out transient failures at most (:mod:`.retry`)."""
     requests: int
     """How many requests were sent (benchmarks read it)."""
+    transient_failures: Counter[str]
+    """Tries that failed in a way the request may ride out (a timeout, a refused or reset
+    connection, 429, 503, ...), by the error's reason or HTTP status, whether a later try
+    succeeded or not: a benchmark's "no request timed out" (benchmarks read it)."""
 
     # --- the one request path -----------------------------------------------------------
     async def _send(
@@ -70,7 +75,10 @@ class Requests:
                                              content_type=content_type, timeout=timeout,
                                              accept=accept)
             except errors.KubeError as exc:
-                wait = tries.next(exc) if retry.transient(exc, method) else None
+                wait = None
+                if retry.transient(exc, method):
+                    self.transient_failures[exc.reason or str(exc.status)] += 1
+                    wait = tries.next(exc)
                 if wait is None:
                     raise
                 log.info("%s %s: %s; try %d in %.1fs", method, path, exc, tries.tries, wait)

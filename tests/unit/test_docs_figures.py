@@ -78,6 +78,7 @@ def test_a_run_is_read_from_what_the_benchmark_printed() -> None:
         _bench_row("requests per job: whole lifecycle", 23.6, 20.5, ".1f"),
         _bench_row("StopJob of all at once, wall s", 14.1, 9.1, ".1f"),
         _bench_row("jobs lost", 0, 0),
+        _bench_row("requests failed a try (timeout, 429, ...)", 0, 3),
         _bench_row("jobs with A != 1", 0, None),
         _bench_row("peak RSS MB: client (own process)", 142, 185),
         _bench_row("peak RSS MB: client, stop done", 142, None),
@@ -95,6 +96,7 @@ def test_a_run_is_read_from_what_the_benchmark_printed() -> None:
     assert d["requests"] == {"stop": 15.9, "lifecycle": 23.6}
     assert (d["stop_all_wall_s"], f["stop_all_wall_s"]) == (14.1, 9.1)
     assert (d["lost"], d["bad_a"], "bad_a" in f) == (0, 0, False)
+    assert (d["transient_failures"], f["transient_failures"]) == (0, 3)
     assert (d["client_rss_mb"], f["client_rss_mb"]) == (142, 185)
     assert d["client_rss_after_mb"] == {"stop": 142}
     assert d["cpu_s"]["kube-apiserver"] == 185
