@@ -99,9 +99,9 @@ from dispatch_kubeflow import (
     errors,
 )
 from dispatch_kubeflow.core import names
-from dispatch_kubeflow.core.admission_count import newest_workload
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
+from dispatch_kubeflow.mode_kueue import workload_of
 from dispatch_kubeflow.mode_multikueue import stuck_eviction
 
 # --- the clusters (deploy/local/multikueue.sh's defaults) -----------------------------------
@@ -933,9 +933,7 @@ class MkRun:
         tj = await manager.get_or_none(r.TRAINJOB, st.ref.name, st.ref.namespace)
         if tj is None:
             return ""
-        wls, _ = await manager.list(r.WORKLOAD, st.ref.namespace, label_selector=(
-            f"{names.KUEUE_JOB_UID_LABEL}={tj['metadata']['uid']}"))
-        wl = newest_workload(wls)
+        wl = await workload_of(manager, tj)
         if wl is None:
             return ""
         return await stuck_eviction(tj, wl, {w: self.kubes[w] for w in WORKERS},

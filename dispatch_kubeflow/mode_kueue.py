@@ -88,10 +88,7 @@ class KueueMode:
 
     # --- inspect and wait -----------------------------------------------------------------
     async def workload(self, kube: KubeAPI, trainjob: Mapping[str, Any]) -> Obj | None:
-        m = meta(trainjob)
-        items, _ = await kube.list(
-            WORKLOAD, m["namespace"], label_selector=f"{names.KUEUE_JOB_UID_LABEL}={m['uid']}")
-        return newest_workload(items)
+        return await workload_of(kube, trainjob)
 
     def watched(self, namespace: str) -> list[Feed]:
         # Kueue labels each job's Workload with the job's UID: every such Workload of the
@@ -179,3 +176,12 @@ def _naming(ref: ObjectRef) -> Iterator[None]:
         yield
     except errors.HoldError as exc:
         raise errors.HoldError(f"TrainJob {ref.id}: {exc}") from None
+
+
+async def workload_of(kube: KubeAPI, trainjob: Mapping[str, Any]) -> Obj | None:
+    """Kueue's Workload of ``trainjob`` (labelled with its UID; the newest, should Kueue have
+    made another), read live; None when there is none."""
+    m = meta(trainjob)
+    items, _ = await kube.list(
+        WORKLOAD, m["namespace"], label_selector=f"{names.KUEUE_JOB_UID_LABEL}={m['uid']}")
+    return newest_workload(items)
