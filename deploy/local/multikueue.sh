@@ -10,8 +10,9 @@
 #                               manager, both ways; heal WORKER joins it again
 #   multikueue.sh status        each cluster's state, and each worker's link to the manager
 # As root. Kubeconfigs: $MK_KUBECONFIG_DIR/NAME.kubeconfig (admin, as up.sh writes them), and
-# $MK_KUBECONFIG_DIR/PREFIX-workerI-to-manager.kubeconfig (the manager's admin as seen from
-# that worker, through its forwarder). Diagram and details: docs/local-cluster.md.
+# $MK_KUBECONFIG_DIR/PREFIX-workerI-to-manager.kubeconfig (worker I's dispatch-admission in the
+# manager, with only the rights docs/multikueue.md names, as seen from that worker through its
+# forwarder). Diagram and details: docs/local-cluster.md.
 #
 # Ports and addresses. The clusters run side by side with the default cluster and two more
 # (at +100 and +200, e.g. dk2 and dk3): cluster i (0 manager, 1 and 2 the workers) gets every
@@ -98,6 +99,9 @@ FORWARD_OFFSET=50
 MK_OBJECT=multikueue
 # The identity the manager's Kueue has in each worker (the names of Kueue's own e2e).
 SA_NS=kueue-system SA=mksa-sa ROLE=mksa-role BINDING=mksa-crb
+# dispatch-admission's identities across clusters (docs/multikueue.md, install steps 3 and 4)
+READER=dispatch-manager-reader AGENT_READS=dispatch-worker-reads
+RESTART=(0 0 0)  # cluster I's dispatch-admission must restart: a kubeconfig of it changed
 FIELD_MANAGER=dispatch-multikueue-sh
 # The MultiKueue state, with the manager's: down.sh of the manager removes it.
 MKDIR=$STATE_ROOT/$MANAGER/multikueue
@@ -370,8 +374,9 @@ subjects: [{kind: ServiceAccount, name: $SA, namespace: $SA_NS}]
 EOF
 }
 
-token_current() { # KUBECONFIG WORKER_ADMIN_KUBECONFIG SERVER CA: the kubeconfig made before is
-  # still right: same server and CA, and a token the worker accepts for at least another day
+token_current() { # KUBECONFIG ADMIN_KUBECONFIG SERVER CA: the kubeconfig made before is still
+  # right: same server and CA, and a token the issuing cluster (ADMIN's) accepts for at least
+  # another day
   local out=$1 wk=$2 server=$3 ca=$4 token exp
   [ -f "$out" ] || return 1
   [ "$(kc "$out" config view --raw -o 'jsonpath={.clusters[0].cluster.server}')" = "$server" ] || return 1
@@ -388,36 +393,44 @@ print(json.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4))).get("exp", 0
       | kc "$wk" create -f - -o 'jsonpath={.status.authenticated}' 2>/dev/null)" = true ]
 }
 
-join_worker() { # I: worker I's identity for the manager, its kubeconfig in the manager's Secret,
-  # and the MultiKueueCluster; the manager reaches the worker through its forwarder
-  local i=$1 w=${CLUSTERS[$1]} wk mk server ca token out
-  wk=$(admin_kubeconfig "$i") mk=$(admin_kubeconfig 0) out=$MKDIR/${CLUSTERS[$1]}.kubeconfig
-  worker_objects | apply_yaml "$wk" "$w: ServiceAccount $SA_NS/$SA and its RBAC"
-  server="https://$(to_listen "$i")"
-  ca=$(kc "$wk" config view --raw --minify -o 'jsonpath={.clusters[0].cluster.certificate-authority-data}')
-  # A new token only when needed: a changed Secret makes Kueue reconnect to the worker.
-  if ! token_current "$out" "$wk" "$server" "$ca"; then
-    token=$(kc "$wk" -n "$SA_NS" create token "$SA" --duration "$MK_TOKEN_DURATION") \
-      || die "$w: no token for $SA_NS/$SA"
-    # Inline CA data and a token: Kueue refuses file paths, insecure TLS and exec plugins.
-    (umask 077 && cat > "$out.tmp" <<EOF
+token_kubeconfig() { # OUT ADMIN SERVER CA NS SA NAME [TLS_NAME]: a kubeconfig of the
+  # ServiceAccount NS/SA of ADMIN's cluster at SERVER, with CA inline and a token (Kueue refuses
+  # file paths, insecure TLS and exec plugins); TLS_NAME: the name its certificate is checked
+  # by, when it names its own address and not SERVER's. A new token only when the one in OUT
+  # fails or nears its end (a changed Secret makes Kueue reconnect, and dispatch-admission is
+  # restarted for it): then TOKEN_CHANGED=1
+  local out=$1 admin=$2 server=$3 ca=$4 ns=$5 sa=$6 name=$7 tls=${8:-} token
+  if token_current "$out" "$admin" "$server" "$ca"; then return 0; fi
+  token=$(kc "$admin" -n "$ns" create token "$sa" --duration "$MK_TOKEN_DURATION") \
+    || die "$name: no token for $ns/$sa"
+  (umask 077 && cat > "$out.tmp" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
-- name: $w
-  cluster: {server: "$server", certificate-authority-data: "$ca"}
+- name: $name
+  cluster: {server: "$server", certificate-authority-data: "$ca"${tls:+, tls-server-name: $tls}}
 users:
-- name: $SA
+- name: $sa
   user: {token: "$token"}
 contexts:
-- name: $w
-  context: {cluster: $w, user: $SA}
-current-context: $w
+- name: $name
+  context: {cluster: $name, user: $sa}
+current-context: $name
 EOF
-    )
-    mv "$out.tmp" "$out"
-    log "$w: new token for $SA_NS/$SA ($MK_TOKEN_DURATION)"
-  fi
+  )
+  mv "$out.tmp" "$out"
+  TOKEN_CHANGED=1
+  log "$name: new token for $ns/$sa ($MK_TOKEN_DURATION)"
+}
+
+ca_of() { kc "$1" config view --raw --minify -o 'jsonpath={.clusters[0].cluster.certificate-authority-data}'; }
+
+join_worker() { # I: worker I's identity for the manager, its kubeconfig in the manager's Secret,
+  # and the MultiKueueCluster; the manager reaches the worker through its forwarder
+  local i=$1 w=${CLUSTERS[$1]} wk mk out
+  wk=$(admin_kubeconfig "$i") mk=$(admin_kubeconfig 0) out=$MKDIR/${CLUSTERS[$1]}.kubeconfig
+  worker_objects | apply_yaml "$wk" "$w: ServiceAccount $SA_NS/$SA and its RBAC"
+  token_kubeconfig "$out" "$wk" "https://$(to_listen "$i")" "$(ca_of "$wk")" "$SA_NS" "$SA" "$w"
   # The Secret in Kueue's own namespace (the only one it reads), under the key kubeconfig.
   kc "$mk" -n kueue-system create secret generic "$w-kubeconfig" --from-file=kubeconfig="$out" \
       --dry-run=client -o yaml \
@@ -432,58 +445,72 @@ spec:
 EOF
 }
 
-write_to_manager_kubeconfig() { # I: the manager's admin, seen from worker I (its forwarder)
-  local i=$1 mk out ca crt key
-  mk=$(admin_kubeconfig 0) out=$(to_manager_kubeconfig "$1")
-  ca=$(kc "$mk" config view --raw --minify -o 'jsonpath={.clusters[0].cluster.certificate-authority-data}')
-  crt=$(kc "$mk" config view --raw --minify -o 'jsonpath={.users[0].user.client-certificate-data}')
-  key=$(kc "$mk" config view --raw --minify -o 'jsonpath={.users[0].user.client-key-data}')
-  # The manager's certificate names its own address, not the worker's: check it by a name
-  # it carries.
-  (umask 077 && cat > "$out.tmp" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: $MANAGER
-  cluster:
-    server: https://$(from_listen "$i")
-    tls-server-name: kubernetes
-    certificate-authority-data: $ca
-users:
-- name: admin
-  user:
-    client-certificate-data: $crt
-    client-key-data: $key
-contexts:
-- name: $MANAGER-from-${CLUSTERS[$i]}
-  context: {cluster: $MANAGER, user: admin}
-current-context: $MANAGER-from-${CLUSTERS[$i]}
-EOF
-  )
-  mv "$out.tmp" "$out"
-}
-
-admin_kubeconfig_via() { # I SERVER: cluster I's admin, at SERVER (a forwarder), its
-  # certificate checked by a name it carries (it names its own address, not SERVER's)
-  local k ca crt key
-  k=$(admin_kubeconfig "$1")
-  ca=$(kc "$k" config view --raw --minify -o 'jsonpath={.clusters[0].cluster.certificate-authority-data}')
-  crt=$(kc "$k" config view --raw --minify -o 'jsonpath={.users[0].user.client-certificate-data}')
-  key=$(kc "$k" config view --raw --minify -o 'jsonpath={.users[0].user.client-key-data}')
+# dispatch-admission's identities across clusters: exactly the rights the install steps 3 and
+# 4 of docs/multikueue.md name, so that the tests and the campaign run on what users grant.
+reader_objects() { # in each worker, for the manager's controller: list pods, nothing more
   cat <<EOF
 apiVersion: v1
-kind: Config
-clusters:
-- name: ${CLUSTERS[$1]}
-  cluster: {server: "$2", tls-server-name: kubernetes, certificate-authority-data: "$ca"}
-users:
-- name: admin
-  user: {client-certificate-data: "$crt", client-key-data: "$key"}
-contexts:
-- name: ${CLUSTERS[$1]}
-  context: {cluster: ${CLUSTERS[$1]}, user: admin}
-current-context: ${CLUSTERS[$1]}
+kind: ServiceAccount
+metadata: {name: $READER, namespace: dispatch-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: $READER}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: $READER}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: $READER}
+subjects: [{kind: ServiceAccount, name: $READER, namespace: dispatch-system}]
 EOF
+}
+
+agent_objects() { # W: in the manager, for worker W's controller: get and update its own permit
+  # Lease, get Workloads and TrainJobs
+  cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: $AGENT_READS}
+rules:
+- {apiGroups: [kueue.x-k8s.io], resources: [workloads], verbs: [get]}
+- {apiGroups: [trainer.kubeflow.org], resources: [trainjobs], verbs: [get]}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: dispatch-agent-$1, namespace: dispatch-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: dispatch-agent-$1, namespace: dispatch-system}
+rules:
+- {apiGroups: [coordination.k8s.io], resources: [leases], resourceNames: [dispatch-worker-$1], verbs: [get, update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: dispatch-agent-$1, namespace: dispatch-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: dispatch-agent-$1}
+subjects: [{kind: ServiceAccount, name: dispatch-agent-$1, namespace: dispatch-system}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: dispatch-agent-$1}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: $AGENT_READS}
+subjects: [{kind: ServiceAccount, name: dispatch-agent-$1, namespace: dispatch-system}]
+EOF
+}
+
+write_to_manager_kubeconfig() { # I: worker I's controller's identity in the manager, seen from
+  # worker I through its forwarder (the manager's certificate names its own address, not the
+  # forwarder's: it is checked by a name it carries)
+  local i=$1 w=${CLUSTERS[$1]} mk
+  mk=$(admin_kubeconfig 0)
+  agent_objects "$w" | apply_yaml "$mk" "$MANAGER: ServiceAccount dispatch-system/dispatch-agent-$w and its RBAC"
+  TOKEN_CHANGED=0
+  token_kubeconfig "$(to_manager_kubeconfig "$i")" "$mk" "https://$(from_listen "$i")" \
+    "$(ca_of "$mk")" dispatch-system "dispatch-agent-$w" "$MANAGER-from-$w" kubernetes
+  RESTART[i]=$TOKEN_CHANGED
 }
 
 apply_mode() { # I COMPONENT [PATCH...]: cluster I's controller as up.sh deployed it, with the
@@ -508,6 +535,13 @@ apply_mode() { # I COMPONENT [PATCH...]: cluster I's controller as up.sh deploye
   } > "$o/kustomization.yaml"
   kc "$k" apply --server-side --force-conflicts -k "$o" >>"$STATE_ROOT/${CLUSTERS[$i]}/logs/install.log" 2>&1 \
     || die "${CLUSTERS[$i]}: kubectl apply -k $o failed: $STATE_ROOT/${CLUSTERS[$i]}/logs/install.log"
+  # It reads its kubeconfigs when it starts: a new token needs a new start.
+  if [ "${RESTART[$i]}" = 1 ]; then
+    kc "$k" -n dispatch-system rollout restart deployment/dispatch-admission \
+        >>"$STATE_ROOT/${CLUSTERS[$i]}/logs/install.log" 2>&1 \
+      || die "${CLUSTERS[$i]}: cannot restart dispatch-admission for its new kubeconfig"
+    RESTART[i]=0
+  fi
   KC_TIMEOUT=0 kc "$k" -n dispatch-system rollout status deployment/dispatch-admission --timeout 180s \
       >>"$STATE_ROOT/${CLUSTERS[$i]}/logs/install.log" 2>&1 \
     || die "${CLUSTERS[$i]}: dispatch-admission ($component) did not roll out: $STATE_ROOT/${CLUSTERS[$i]}/logs/install.log"
@@ -520,8 +554,13 @@ dispatch_modes() { # dispatch-admission in its MultiKueue modes (docs/multikueue
   mk=$(admin_kubeconfig 0)
   secret=(-n dispatch-system create secret generic dispatch-admission-workers)
   for i in 1 2; do
-    w=${CLUSTERS[$i]}
-    (umask 077 && admin_kubeconfig_via "$i" "https://$(pods_to_listen "$i")" > "$MKDIR/dispatch-$w.kubeconfig")
+    w=${CLUSTERS[$i]} wk=$(admin_kubeconfig "$i")
+    reader_objects | apply_yaml "$wk" "$w: ServiceAccount dispatch-system/$READER and its RBAC"
+    # Through the manager's pods' forwarder; the worker's certificate names its own address.
+    TOKEN_CHANGED=0
+    token_kubeconfig "$MKDIR/dispatch-$w.kubeconfig" "$wk" "https://$(pods_to_listen "$i")" \
+      "$(ca_of "$wk")" dispatch-system "$READER" "$w" kubernetes
+    [ "$TOKEN_CHANGED" = 0 ] || RESTART[0]=1
     secret+=("--from-file=$w=$MKDIR/dispatch-$w.kubeconfig")
     # The permit exists from the start; the worker's agent renews it.
     printf 'apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: dispatch-worker-%s, namespace: dispatch-system}\n' "$w" \

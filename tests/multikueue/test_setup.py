@@ -4,8 +4,9 @@
 the three are up); ``make test`` runs the flow test alone (a cold CI run stays within its
 budget). One test, in order: up (or the clusters
 as they are); both workers joined, MultiKueue's check Active; up again changes no token;
-each worker's dispatch-admission renews its permit in the manager; a cut of worker1 makes
-it unreachable from the manager and the manager from it, while its own API server and
+each worker's dispatch-admission renews its permit in the manager; dispatch-admission's
+identities across clusters have the rights the install page names and no more; a cut of
+worker1 makes it unreachable from the manager and the manager from it, while its own API server and
 worker2 still answer, the manager's Kueue marks it inactive and the manager's
 dispatch-admission revokes its permit (worker2's renewed all along); the heal makes it
 Active again and its permit is granted again and renewed; a forwarder-mode cut refuses at
@@ -35,6 +36,51 @@ from tests.multikueue.clusters import (
 
 pytestmark = [pytest.mark.machine]
 
+def can(kubeconfig: str | Path, verb: str, what: str, ns: str | None = None) -> str:
+    """``kubectl auth can-i`` as the kubeconfig's user: "yes" or "no" (anything else, such
+    as an error reaching the API server, fails the test rather than counting as a no)."""
+    where = ["-n", ns] if ns else ["-A"]
+    out = kubectl(str(kubeconfig), "auth", "can-i", verb, what, *where)
+    answer = out.stdout.strip()
+    assert answer in ("yes", "no"), f"can-i {verb} {what}: {out.stdout!r} {out.stderr!r}"
+    return answer
+
+
+def least_privilege() -> None:
+    """dispatch-admission's identities across clusters have the rights docs/multikueue.md's
+    install steps 3 and 4 name, and none of the neighbouring ones: a worker's agent in the
+    manager may renew its own permit only (never the other worker's, nor seize the manager's
+    leader Lease) and get Workloads and TrainJobs; the manager's controller in a worker may
+    list pods and nothing else."""
+    for w, other in (("mk-worker1", "mk-worker2"), ("mk-worker2", "mk-worker1")):
+        agent = f"/tmp/{w}-to-manager.kubeconfig"
+        expected = {
+            ("get", f"leases/dispatch-worker-{w}", "dispatch-system"): "yes",
+            ("update", f"leases/dispatch-worker-{w}", "dispatch-system"): "yes",
+            ("update", f"leases/dispatch-worker-{other}", "dispatch-system"): "no",
+            ("update", "leases/dispatch-admission", "dispatch-system"): "no",
+            ("create", "leases", "dispatch-system"): "no",
+            ("get", "workloads.kueue.x-k8s.io", None): "yes",
+            ("get", "trainjobs.trainer.kubeflow.org", None): "yes",
+            ("list", "workloads.kueue.x-k8s.io", None): "no",
+            ("patch", "trainjobs.trainer.kubeflow.org", None): "no",
+            ("get", "secrets", None): "no",
+            ("create", "pods", None): "no",
+        }
+        got = {k: can(agent, *k) for k in expected}
+        assert got == expected, f"{w}'s agent in the manager"
+        reader = STATE / "mk-manager" / "multikueue" / f"dispatch-{w}.kubeconfig"
+        expected = {
+            ("list", "pods", None): "yes",
+            ("get", "pods", None): "no",
+            ("delete", "pods", None): "no",
+            ("list", "secrets", None): "no",
+            ("get", "trainjobs.trainer.kubeflow.org", None): "no",
+        }
+        got = {k: can(reader, *k) for k in expected}
+        assert got == expected, f"the manager's controller in {w}"
+
+
 def test_three_clusters_join_cut_and_heal() -> None:
     was_up = all((STATE / c / "ready").exists() for c in CLUSTERS)
     try:
@@ -45,6 +91,7 @@ def test_three_clusters_join_cut_and_heal() -> None:
         # permit in the manager.
         for w in ("mk-worker1", "mk-worker2"):
             until(f"{w}'s permit renewed", functools.partial(renewed, w), 120)
+        least_privilege()
 
         mk("cut", "worker1")
         to_manager = kubectl("/tmp/mk-worker1-to-manager.kubeconfig", "get", "--raw",
