@@ -432,6 +432,14 @@ def step_label(step: Mapping[str, Any]) -> str:
     return f"kill {where}"
 
 
+# Each property in a few words, as docs/guarantees.md's table names it.
+PROPERTY_NAMES: dict[str, str] = {
+    "clock": "steady clock", "a": "no overlap, across clusters",
+    "b": "rising identity, across clusters", "stop": "every StopJob complete",
+    "left": "nothing left in any cluster"}
+# The mark of a job the end phase settled at once on Inspect's remark (see _stuck).
+KUEUE_STUCK = "kueue#15380"
+
 SUMMARY_HEAD = ("| run | steps | executions | max A | violations | seconds |\n"
                 "|---|---|---:|---:|---|---:|")
 
@@ -459,6 +467,8 @@ def summary_markdown(results: Sequence[MkResult]) -> str:
             kinds[str(s["kind"]) + (f" {float(s['seconds']):g}s" if s["kind"] == "cut"
                                     else "")] += 1
     violated = [res for res in ordered if res.verdicts and res.violated]
+    stuck = sum(1 for res in ordered for job in res.jobs
+                if KUEUE_STUCK in str(job.get("settled", "")))
     unjudged = [res for res in ordered if not res.judged]
     lines = [SUMMARY_HEAD, *(summary_row(res) for res in ordered), "",
              f"{len(ordered)} runs: {len(ordered) - len(violated) - len(unjudged)} without "
@@ -466,7 +476,16 @@ def summary_markdown(results: Sequence[MkResult]) -> str:
              f"{sum(len(res.executions) for res in ordered)} executions judged, "
              f"{sum(res.duration_s for res in ordered) / 3600:.1f} h.",
              "Steps: " + (", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "none")
-             + "."]
+             + ".",
+             f"Jobs {sum(len(res.jobs) for res in ordered)}; ledger lines "
+             f"{sum(res.ledger_lines for res in ordered):,}; runs with a job at A >= 2: "
+             f"{sum(1 for res in ordered if res.max_a >= 2)}; jobs settled at once as never "
+             f"to run again (kueue#15380): {stuck}.",
+             "", "| property | passed | failed | not judged |", "|---|---:|---:|---:|",
+             *(f"| {name} | {sum(1 for res in ordered if res.verdicts.get(key) is True)} | "
+               f"{sum(1 for res in ordered if res.verdicts.get(key) is False)} | "
+               f"{sum(1 for res in ordered if key not in res.verdicts)} |"
+               for key, name in PROPERTY_NAMES.items())]
     noted = [res for res in ordered if res.notes or res.cleanup]
     if noted:
         lines += ["", "Notes:"]

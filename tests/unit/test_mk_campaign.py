@@ -365,6 +365,26 @@ def test_summary_markdown_counts_runs_and_steps(tmp_path: Path) -> None:
     assert "- 7-4: job 0 neither finished nor running" in text
 
 
+def test_summary_markdown_totals_what_the_guarantees_page_tables() -> None:
+    stuck = {"settled": "queued in - at A = 1; ... so it never will (kueue#15380): StopJob"}
+    runs = [result(jobs=[stuck, {"settled": "succeeded in mk-worker1"}], ledger_lines=1200),
+            result(index=4, max_a=1, jobs=[{"settled": "running in mk-worker2"}],
+                   ledger_lines=34),
+            result(index=5, verdicts={"clock": True, "a": False, "b": True, "stop": True},
+                   violations=["(a) overlap"], jobs=[stuck], ledger_lines=5),
+            result(index=6, verdicts={}, error="ready: mk-worker1 not Ready", jobs=[])]
+    text = summary_markdown(runs)
+    assert ("Jobs 4; ledger lines 1,239; runs with a job at A >= 2: 3; jobs settled at once "
+            "as never to run again (kueue#15380): 2.") in text
+    table = text.split("| property | passed | failed | not judged |\n|---|---:|---:|---:|\n")[1]
+    assert table.splitlines()[:5] == [
+        "| steady clock | 3 | 0 | 1 |",
+        "| no overlap, across clusters | 2 | 1 | 1 |",
+        "| rising identity, across clusters | 3 | 0 | 1 |",
+        "| every StopJob complete | 3 | 0 | 1 |",
+        "| nothing left in any cluster | 2 | 0 | 2 |"]
+
+
 # --- a run's glue, against fakes -----------------------------------------------------------
 
 
