@@ -4,9 +4,10 @@ worker's permit, and stop when the share runs out, whether or not anyone can be 
 In a worker cluster (MultiKueue, docs/multikueue-fence.md) every dispatch pod carries this
 as a native sidecar. Before the workload starts it asks the worker's agent "how long" until
 the answer is positive (the workload's container waits for the sidecar's startup probe);
-then it asks every length / 3. Each answer is measured from *before* the question was sent,
-on the pod's own clock (core.permit.Share), never from the answer's arrival, which may be
-late. A watchdog, apart from the questions, stops the pod's processes the moment the share
+then it asks every length / 3, and sooner as its share runs short (a renewal that lands
+just before the end is still seen). Each answer is measured from *before* the question was
+sent, on the pod's own clock (core.permit.Share), never from the answer's arrival, which
+may be late. A watchdog, apart from the questions, stops the pod's processes the moment the share
 runs out: an agent that hangs, a worker cut off from the manager and a dead agent all end in
 the same place, at most one permit length after the last renewal the manager accepted.
 """
@@ -97,9 +98,19 @@ class Fence:
         self.stopped = True
         self._stop()
 
+    def next_question_in(self) -> float:
+        """Seconds until the next question: a period while the share has two periods left or
+        more (the permit renewed on time); as it runs short (the worker cut off from the
+        manager, the agent unable to review a token), half of what is left, never under the
+        retry pause. A renewal that lands just before the share would end is then still
+        seen: asking a period apart, a pod back from a 20 s cut could miss one by seconds.
+        About log2(length) more questions while a share runs out; none in steady state."""
+        left = self.share.until - self._clock()
+        return min(self.period, max(self._retry, left / 2))
+
     async def _keep_asking(self) -> None:
         while True:
-            await asyncio.sleep(self.period)
+            await asyncio.sleep(self.next_question_in())
             # A question that hangs must not hold the next one back past the share's end.
             try:
                 await asyncio.wait_for(self.question(), self.period)
@@ -139,7 +150,7 @@ class Placement:
     agent: str
     """The agent's URL, as a pod reaches it (its Service in dispatch-system)."""
     length: float
-    """The permit's length: the fence asks every length / 3."""
+    """The permit's length: the fence asks every length / 3 (sooner as its share runs short)."""
     ca: str
     """The PEM of the CA that signed the agent's serving certificate (the controller's)."""
     server_name: str = ""

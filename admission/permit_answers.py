@@ -2,13 +2,13 @@
 
 In a worker cluster (MultiKueue, docs/multikueue-fence.md) every dispatch pod's fence asks
 the agent how long its processes may run, before its workload starts and every length / 3
-after. A pod's first answer comes only after a live read in the manager shows that the
-pod's identity is the job's current admission and that MultiKueue dispatched the job to
-this worker (core.permit.refusal): a remote TrainJob left on a worker that was lost keeps
-making pods at its old A, and only the manager knows that A has moved on. Later answers
-need no read: the pod was current when it started, and the manager's gate approves no
-readmission while a live list shows the pod alive here, or until this worker's permit is
-revoked, which ends every share.
+after (sooner as its share runs short). A pod's first answer comes only after a live read
+in the manager shows that the pod's identity is the job's current admission and that
+MultiKueue dispatched the job to this worker (core.permit.refusal): a remote TrainJob left
+on a worker that was lost keeps making pods at its old A, and only the manager knows that
+A has moved on. Later answers need no read: the pod was current when it started, and the
+manager's gate approves no readmission while a live list shows the pod alive here, or
+until this worker's permit is revoked, which ends every share.
 
 Each answer is read from the permit after the reads, never before them: the permit held
 when the answer is sent is the one it may speak for (the model's "answers later, from the

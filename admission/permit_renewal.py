@@ -42,19 +42,29 @@ class PermitRenewal:
 
     ROUNDS = 3
     """Renewals per permit length: two may fail before the permit runs out."""
+    RETRY = 2.0
+    """Seconds (at most; jittered down to half) before a round that extended nothing is tried
+    again: a worker back from a cut renews at once rather than a whole period later."""
+    ROUND_SECONDS = 5.0
+    """A round that has not landed by then is given up and tried again: a request sent into a
+    cut waits out the transport's timeout and retries (up to half a minute), past the heal."""
 
     def __init__(self, manager: KubeAPI, cluster: str, identity: str, *,
                  length: float = DEFAULT_LENGTH,
                  namespace: str = names.CONTROLLER_NAMESPACE,
                  clock: Callable[[], float] = time.monotonic,
-                 wallclock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 wallclock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 retry: float = RETRY, round_seconds: float = ROUND_SECONDS) -> None:
         self.manager = manager
+        self.retry, self.round_seconds = retry, round_seconds
         self.cluster, self.identity, self.namespace = cluster, identity, namespace
         self.permit = Permit(length)
         self._clock = clock
         self._wallclock = wallclock
         self.revoked = False
         """Whether the last Lease read was revoked."""
+        self.missing = False
+        """Whether the last read found no Lease (the permit never granted)."""
 
     @property
     def name(self) -> str:
@@ -70,10 +80,13 @@ class PermitRenewal:
         asked = self._clock()  # before anything is sent: the permit is measured from here
         lease = await self.manager.get_or_none(LEASE, self.name, self.namespace)
         if lease is None:
-            log.warning("no permit Lease %s/%s in the manager: not granted; this worker runs "
-                        "no dispatch execution", self.namespace, self.name)
+            if not self.missing:  # once, not each retry
+                log.warning("no permit Lease %s/%s in the manager: not granted; this worker "
+                            "runs no dispatch execution", self.namespace, self.name)
+            self.missing = True
             self.permit.revoked()
             return False
+        self.missing = False
         if is_revoked(lease):
             if not self.revoked:
                 log.warning("the manager revoked this worker's permit (%s/%s): no dispatch "
@@ -94,12 +107,24 @@ class PermitRenewal:
 
     async def run(self) -> None:
         """Renew every length / :attr:`ROUNDS` seconds (with a little jitter, so two replicas
-        do not meet at every round) until cancelled."""
+        do not meet at every round) until cancelled. A round that extended nothing (the
+        manager unreachable or slow past :attr:`ROUND_SECONDS`, the other replica's write
+        first, no permit granted) is tried again after at most :attr:`RETRY` seconds: the
+        permit must outlast a cut shorter than its length, and pods see a grant soon."""
         period = self.permit.length / self.ROUNDS
         while True:
+            renewed = False
             try:
-                await self.renew_once()
+                # Given up mid-request, a PUT may still land: the manager then sees a newer
+                # version and waits longer; the permit is extended only by an answer.
+                async with asyncio.timeout(self.round_seconds):
+                    renewed = await self.renew_once()
             except errors.KubeError as exc:
                 log.warning("cannot renew the permit %s/%s in the manager: %s; %.0f s of it "
                             "left", self.namespace, self.name, exc, self.left())
-            await asyncio.sleep(period * random.uniform(0.8, 1.0))
+            except TimeoutError:
+                log.warning("the manager did not answer a renewal of the permit %s/%s within "
+                            "%.0f s; %.0f s of it left", self.namespace, self.name,
+                            self.round_seconds, self.left())
+            await asyncio.sleep(period * random.uniform(0.8, 1.0) if renewed
+                                else self.retry * random.uniform(0.5, 1.0))

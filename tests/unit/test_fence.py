@@ -5,6 +5,7 @@ the workload starts only after a positive answer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import signal
@@ -127,6 +128,54 @@ async def test_an_answering_agent_keeps_the_pod_running_until_it_refuses() -> No
     finally:
         task.cancel()
     assert stops[0] >= fence.share.until
+
+
+async def test_a_share_running_short_is_asked_sooner_and_a_late_renewal_keeps_the_pod() -> None:
+    # The worker's permit was last renewed so that the pod's share ends 5.2 s after its first
+    # question; the next renewal lands at 4.2 s (a worker back from a cut). Asked a period
+    # (2 s) apart, the pod would miss it (questions at 2 and 4 s, the next at 6 s, after its
+    # share ended); asked ever sooner as the share runs short, it sees it at 4.4 s.
+    start = time.monotonic()
+    permit = start + 5.2
+    stopped, stops = asyncio.Event(), []
+
+    async def agent() -> float:
+        return max(0.0, permit - time.monotonic())  # what is left of the worker's permit
+
+    def stop() -> None:
+        stops.append(time.monotonic() - start)
+        stopped.set()
+    fence = Fence(agent, stop, length=6.0, retry=0.05)
+    task = asyncio.create_task(fence.run())
+    try:
+        await asyncio.sleep(4.2)
+        permit = time.monotonic() + 6.0  # the renewal lands
+        await asyncio.sleep(1.8)  # to 6 s: past the first share's end
+        assert stops == []
+        assert fence.share.until > start + 6.0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_steady_shares_are_asked_a_period_apart_and_short_ones_sooner() -> None:
+    clock = Clock()
+
+    async def agent() -> float:
+        return 60.0
+    fence = Fence(agent, lambda: None, length=60.0, clock=clock,
+                  retry=1.0)
+    fence.share.granted(clock.now, 60.0)
+    assert fence.next_question_in() == 20.0
+    clock.now += 19.0  # 41 s left: a steady share (the permit renewed every 16 to 20 s)
+    assert fence.next_question_in() == 20.0
+    clock.now += 11.0  # 30 s left
+    assert fence.next_question_in() == 15.0
+    clock.now += 28.0  # 2 s left
+    assert fence.next_question_in() == 1.0
+    clock.now += 5.0  # run out
+    assert fence.next_question_in() == 1.0
 
 
 async def test_the_workload_waits_for_a_positive_first_answer() -> None:

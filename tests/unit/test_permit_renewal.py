@@ -6,6 +6,9 @@ manager's revocation, timed by core.permit.Silence, leaves no permit alive."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from typing import Any
 
 import pytest
@@ -140,3 +143,102 @@ async def test_a_revocation_on_an_older_version_is_refused() -> None:
         await k.replace(LEASE, revocation(timed), NS)
     assert not is_revoked(lease(k))
     assert r.left() == LENGTH
+
+
+# --- the rounds: a cut shorter than the permit must not end it ----------------------------------
+
+
+class HangingManager(FakeKube):
+    """The manager's API server behind a cut that drops packets: until ``healed`` is set, every
+    read hangs (as one sent into a partition waits out its timeouts); none fails fast."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.healed = asyncio.Event()
+        self.healed.set()
+        self.sent = 0
+
+    async def get_or_none(self, res: Resource, name: str,
+                          namespace: str | None = None) -> Any:
+        self.sent += 1
+        await self.healed.wait()
+        return await super().get_or_none(res, name, namespace)
+
+
+def quick(r: PermitRenewal) -> PermitRenewal:
+    """``r`` with its pauses after a failed round, and its rounds, in hundredths of a second
+    (a test's seconds), the period left as it is (10 s)."""
+    r.retry, r.round_seconds = 0.04, 0.2
+    return r
+
+
+async def rounds(r: PermitRenewal, seconds: float) -> None:
+    task = asyncio.create_task(r.run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def test_a_failed_round_is_tried_again_soon_not_a_period_later() -> None:
+    # The period is 10 s; the manager refuses the first two rounds (a refused connection,
+    # a 503): the third, a fraction of a second later, renews. One period later would
+    # leave a worker back from a 20 s cut with 20 s of its permit, or none.
+    k = FakeKube(0)
+    await granted(k)
+    failures = 2
+
+    def flaky(verb: str, res: Resource, _name: str) -> None:
+        nonlocal failures
+        if verb == "get" and failures:
+            failures -= 1
+            raise errors.KubeError("connection refused", status=0, reason="Unreachable")
+    k.before = flaky
+    r = quick(PermitRenewal(k, "w1", "r1", length=LENGTH))
+    await rounds(r, 0.5)
+    assert failures == 0
+    assert r.left() > LENGTH - 1
+    assert lease(k)["spec"]["holderIdentity"] == "r1"
+
+
+async def test_a_round_sent_into_a_cut_is_given_up_and_the_heal_renews_at_once() -> None:
+    k = HangingManager()
+    await granted(k)
+    r = quick(PermitRenewal(k, "w1", "r1", length=LENGTH))
+    k.healed.clear()  # the cut
+    task = asyncio.create_task(r.run())
+    await asyncio.sleep(0.5)
+    assert r.left() == 0  # nothing landed
+    assert k.sent >= 2  # the hanging round was given up and another sent
+    k.healed.set()  # the heal: the round hanging now, or the next, lands
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert r.left() > LENGTH - 1
+
+
+async def test_a_renewed_permit_waits_a_period_for_its_next_round() -> None:
+    k = FakeKube(0)
+    await granted(k)
+    r = quick(PermitRenewal(k, "w1", "r1", length=LENGTH))
+    await rounds(r, 0.5)
+    version = lease(k)["metadata"]["resourceVersion"]
+    assert r.left() > LENGTH - 1
+    await rounds(r, 0.3)  # a fresh loop renews once, then sleeps 8 to 10 s
+    assert int(lease(k)["metadata"]["resourceVersion"]) == int(version) + 1
+
+
+async def test_a_missing_lease_is_said_once_while_it_is_retried(
+        caplog: pytest.LogCaptureFixture) -> None:
+    k = FakeKube(0)
+    r = quick(PermitRenewal(k, "w1", "r1", length=LENGTH))
+    with caplog.at_level(logging.WARNING, logger="admission.permit_renewal"):
+        await rounds(r, 0.3)
+        assert [rec.getMessage() for rec in caplog.records].count(
+            f"no permit Lease {NS}/{lease_name('w1')} in the manager: not granted; this "
+            "worker runs no dispatch execution") == 1
+        await granted(k)  # the manager grants it: seen within a retry, not a period
+        await rounds(r, 0.3)
+    assert r.left() > LENGTH - 1
+    assert not r.missing
