@@ -458,6 +458,34 @@ def summary_row(res: MkResult) -> str:
             f"{verdict} | {res.duration_s:.0f} |")
 
 
+def fence_stops(results: Sequence[MkResult]) -> list[str]:
+    """What worker faults cost running jobs, by the runner's commit: of the executions running
+    in a worker when a cut of it or its API server's restart began, how many the fence
+    stopped (the last line a beat, no exit, before the step ended + 60 s) and how many
+    seconds after the step began (docs/guarantees.md tables it)."""
+    running: Counter[tuple[str, str]] = Counter()
+    stopped: dict[tuple[str, str], list[float]] = {}
+    for res in results:
+        for s in res.steps:
+            if s.get("kind") not in ("cut", "restart-apiserver") or not s.get("began_us"):
+                continue
+            what = (f"cut {float(s['seconds']):g} s" if s["kind"] == "cut"
+                    else "API server restart")
+            began, ended = float(s["began_us"]), float(s["ended_us"])
+            for x in res.executions:
+                if x.get("worker") != s.get("cluster") \
+                        or not float(x["start_us"]) < began < float(x["end_us"]):
+                    continue
+                running[res.runner, what] += 1
+                if x.get("last") == "beat" and float(x["end_us"]) < ended + 60e6:
+                    stopped.setdefault((res.runner, what), []).append(
+                        (float(x["end_us"]) - began) / 1e6)
+    return [f"- {runner or 'unknown'}, {what}: {len(stopped.get((runner, what), []))} of {n}"
+            + (" stopped (" + ", ".join(f"{v:.0f}" for v in sorted(stopped[runner, what]))
+               + " s after it began)" if stopped.get((runner, what)) else " stopped")
+            for (runner, what), n in sorted(running.items())]
+
+
 def summary_markdown(results: Sequence[MkResult]) -> str:
     """The table of ``results`` (by seed and index), then the totals and each run's notes."""
     ordered = sorted(results, key=lambda res: (res.seed, res.index))
@@ -486,6 +514,10 @@ def summary_markdown(results: Sequence[MkResult]) -> str:
                f"{sum(1 for res in ordered if res.verdicts.get(key) is False)} | "
                f"{sum(1 for res in ordered if key not in res.verdicts)} |"
                for key, name in PROPERTY_NAMES.items())]
+    stops = fence_stops(ordered)
+    if stops:
+        lines += ["", "Executions running in a worker when a step on it began, and those its "
+                  "fence stopped, by runner:", *stops]
     noted = [res for res in ordered if res.notes or res.cleanup]
     if noted:
         lines += ["", "Notes:"]

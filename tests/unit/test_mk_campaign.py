@@ -385,6 +385,23 @@ def test_summary_markdown_totals_what_the_guarantees_page_tables() -> None:
         "| nothing left in any cluster | 2 | 0 | 2 |"]
 
 
+def test_summary_tallies_the_executions_a_worker_fault_stopped_by_runner() -> None:
+    cut = {"kind": "cut", "cluster": "mk-worker1", "seconds": 20.0, "job": 0,
+           "began_us": 100e6, "ended_us": 120e6}
+    restart = {"kind": "restart-apiserver", "cluster": "mk-worker2", "seconds": 2.0, "job": 0,
+               "began_us": 100e6, "ended_us": 140e6}
+    def ex(worker: str, end_s: float, last: str = "beat") -> dict[str, object]:
+        return {"worker": worker, "start_us": 50e6, "end_us": end_s * 1e6, "last": last}
+    runs = [result(runner="old", steps=[cut, restart],
+                   executions=[ex("mk-worker1", 139), ex("mk-worker2", 300),
+                               ex("mk-worker2", 150, last="exit"), ex("mk-worker1", 90)]),
+            result(index=4, runner="new", steps=[cut], executions=[ex("mk-worker1", 181)])]
+    text = summary_markdown(runs)
+    assert ("- new, cut 20 s: 0 of 1 stopped\n"
+            "- old, API server restart: 0 of 2 stopped\n"
+            "- old, cut 20 s: 1 of 1 stopped (39 s after it began)\n") in text
+
+
 # --- a run's glue, against fakes -----------------------------------------------------------
 
 
