@@ -234,6 +234,7 @@ class Controller:
         if self.agent is not None:
             # Every replica renews its own permit, leader or not, from the start.
             self._spawn(self.agent.renewal.run(), "permit renewal")
+            self._spawn(self.agent.clearing.run(), "permit clearing")
         self._spawn(self._warm_up(), "warm-up")
 
     async def _warm_up(self, interval: float = 0.25) -> None:

@@ -74,6 +74,12 @@ class PermitRenewal:
         """Seconds of this replica's permit left now (0: none): a pod's answer."""
         return self.permit.left(self._clock())
 
+    async def revoked_live(self) -> bool:
+        """Whether the permit Lease is revoked, read live in the manager now (a missing
+        Lease is not: it was never granted, or deleted, and proves nothing of a revocation)."""
+        lease = await self.manager.get_or_none(LEASE, self.name, self.namespace)
+        return lease is not None and is_revoked(lease)
+
     async def renew_once(self) -> bool:
         """One round; whether it extended the permit. A KubeError other than a 409 (the
         manager unreachable, say) is raised: the permit then runs out by itself."""

@@ -1,7 +1,8 @@
 """A MultiKueue worker's side of the permit, put together (docs/multikueue-fence.md): every
 replica renews the worker's permit in the manager (admission.permit_renewal), answers the
-fences of its pods on a door of its own (admission.permit_answers, TLS on its own port), and
-gives its pod webhook what it adds to the pods of MultiKueue's jobs
+fences of its pods on a door of its own (admission.permit_answers, TLS on its own port),
+deletes the pods that wait on a revoked permit (admission.permit_clearing), and gives its
+pod webhook what it adds to the pods of MultiKueue's jobs
 (admission.pod_identity.WorkerSide: the permit's check and the fence's placement).
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from admission.fence import Placement
 from admission.permit_answers import Door, PermitAnswers
+from admission.permit_clearing import PermitClearing
 from admission.permit_renewal import PermitRenewal
 from admission.pod_identity import WorkerSide
 from admission.reads import pod_named
@@ -55,6 +57,7 @@ class WorkerAgent:
         self.worker = worker
         self.renewal = PermitRenewal(manager, config.cluster, identity, length=config.length)
         self.door = Door(PermitAnswers(manager, worker, self.renewal, config.cluster))
+        self.clearing = PermitClearing(worker, self.renewal)
 
     def holds_permit(self) -> bool:
         return self.renewal.left() > 0

@@ -418,7 +418,9 @@ proctype Worker(byte w) {
                 printf("MSC: w%d's pod of A = %d: its share ran out, it kills its processes\n", w, pA[w]);
                 pod[w] = NOPOD; pA[w] = 0; fz[w] = 0 }
 #endif
-  /* the pod ends: it fails, or it goes with its deleted remote */
+  /* the pod ends: it fails, or it goes with its deleted remote, or (waiting on a revoked
+   * permit, where the model's agent says "no share, the pod ends") the worker deletes it
+   * (admission.permit_clearing) */
   :: d_step { pod[w] != NOPOD ->
                 printf("MSC: w%d's pod of A = %d ends\n", w, pA[w]);
                 pod[w] = NOPOD; pA[w] = 0; fz[w] = 0 }

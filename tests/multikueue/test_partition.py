@@ -27,7 +27,7 @@ import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import pytest_asyncio
@@ -46,11 +46,15 @@ from dispatch_kubeflow import (
     ObjectState,
     Observation,
 )
+from dispatch_kubeflow.core import names
+from dispatch_kubeflow.core.execution import is_alive
+from dispatch_kubeflow.core.objects import labels_of
 from dispatch_kubeflow.kube import Kube
 from dispatch_kubeflow.kube import resources as r
 from tests.cluster.helpers import eventually
 from tests.multikueue.clusters import (
     CLUSTERS,
+    absent,
     active,
     mk,
     permit,
@@ -217,6 +221,103 @@ async def test_a_cut_worker_stops_its_pods_before_the_job_runs_again(
             items, _ = await kube.list(res, NS)
             assert items == [], (c, res.plural, [i["metadata"]["name"] for i in items])
     assert active(cut) == "True"
+
+
+async def test_a_pod_made_as_the_permit_lapsed_does_not_keep_the_job_from_running_again(
+        clusters: dict[str, Kube]) -> None:
+    """The campaign's run 30000-84, made to happen: a worker is cut off from the manager for
+    70 s, less than Kueue's workerLostTimeout, so Kueue keeps the job there. Its pod ends
+    early in the cut (here: deleted, as a failed rank), and its JobSet makes the next pod
+    while the worker's replicas still hold their permits: admitted, it waits for its first
+    answer, which needs the manager. The manager revokes the permit; it grants it again only
+    once no dispatch pod is alive in the worker, and the waiting pod is one. Before
+    admission.permit_clearing nothing deleted it: the job stayed "running" with no pod
+    running, for good. Now the healed worker, reading its permit revoked, deletes the pod;
+    the manager grants the permit again; the job runs again in that worker, at A = 1 and a
+    higher J, after its earlier execution."""
+    async with await Backend.connect(settings(NS, "3m")) as b:
+        job = JobID.new()
+        plan = JobPlan(nodes=1, fail_once=False, run_seconds=0, open_at_start=False)
+        ref = await b.start(job_request(job, plan, RUNTIME))
+        await b.open(ref)
+        first = await eventually(functools.partial(running_at, b, ref, 1), 300,
+                                 "running at A = 1")
+        cut = str(first.cluster)
+        worker = clusters[cut]
+        await eventually(functools.partial(beating, job, 1), 60, "A = 1 in the ledger")
+        [running] = await job_pods(worker, ref)
+        print(f"\nA = 1 runs in {cut} (pod {running['metadata']['name']}); cutting it off")
+        began = time.monotonic()
+        mk("cut", cut.removeprefix("mk-"))
+        # The rank fails at once: its Job fails (backoffLimit 0) and the JobSet makes the
+        # next pod, within the permit the replicas still hold.
+        await worker.delete(r.POD, running["metadata"]["name"], NS,
+                            uid=running["metadata"]["uid"], grace_period=0)
+        nxt = await eventually(functools.partial(next_pod, worker, ref,
+                                                 running["metadata"]["uid"]), 40,
+                               "the JobSet's next pod, made while the permit is held")
+        print(f"{time.monotonic() - began:.0f} s: the next pod {nxt['metadata']['name']} "
+              f"(J = {labels_of(nxt).get(names.RESTART_ATTEMPT_LABEL)}), "
+              f"{(nxt.get('status') or {}).get('phase')}, waits for its first answer")
+        await eventually(functools.partial(asyncio.to_thread, lambda: revoked(cut)), 120,
+                         f"{cut}'s permit revoked", interval=2)
+        print(f"{time.monotonic() - began:.0f} s: {cut}'s permit revoked")
+        # The pod cannot have started: its first answer needs the manager.
+        assert await waiting_pod(worker, nxt) is not None, "the next pod went or started"
+        await asyncio.sleep(max(0.0, 70 - (time.monotonic() - began)))
+        mk("heal", cut.removeprefix("mk-"))
+        healed_us = time.time_ns() // 1000
+        healed = time.monotonic()
+
+        await eventually(functools.partial(absent, worker, r.POD, nxt["metadata"]["name"]),
+                         60, "the pod that waited on the revoked permit deleted", interval=1)
+        print(f"{time.monotonic() - healed:.0f} s after the heal: the waiting pod deleted")
+        await eventually(functools.partial(asyncio.to_thread, lambda: renewed(cut)), 120,
+                         f"{cut}'s permit granted again", interval=2)
+        print(f"{time.monotonic() - healed:.0f} s after the heal: {cut}'s permit granted again")
+        again = await eventually(functools.partial(running_at, b, ref, 1), 240,
+                                 "running again at A = 1 after the heal", interval=1)
+        lines = await eventually(functools.partial(beating, job, 1, healed_us), 60,
+                                 "A = 1 in the ledger again")
+        assert again.cluster == cut  # Kueue kept the job there: no eviction, no A = 2
+        print(f"running again in {again.cluster} at A = 1, J = {lines[0].ident.restarts}, "
+              f"{time.monotonic() - healed:.0f} s after the heal")
+
+        report = await b.stop_job(job, "the test is done")
+        assert report.complete, report
+        assert await b.find(job) == ()
+
+    lines = ledger(job)
+    exs = executions(lines)[str(job)]
+    print("executions: " + ", ".join(
+        f"A = {e.ident.admissions}, J = {e.ident.restarts} in {worker_of(e.lines[0])}"
+        for e in exs))
+    assert len(exs) == 2, [e.name for e in exs]
+    assert exs[1].ident.restarts > exs[0].ident.restarts, [e.name for e in exs]
+    for verdict in (check_no_overlap(lines, [], Final()), check_identity(lines, [], Final())):
+        assert verdict.ok, verdict.message
+
+
+async def job_pods(kube: Kube, ref: ObjectRef) -> list[dict[str, Any]]:
+    pods, _ = await kube.list(r.POD, NS, label_selector=names.pods_of(ref.name))
+    return pods
+
+
+async def next_pod(kube: Kube, ref: ObjectRef, before: str) -> dict[str, Any] | None:
+    """The job's pod other than ``before`` (a UID), alive."""
+    for p in await job_pods(kube, ref):
+        if p["metadata"]["uid"] != before and is_alive(p):
+            return p
+    return None
+
+
+async def waiting_pod(kube: Kube, pod: dict[str, Any]) -> dict[str, Any] | None:
+    """``pod`` as it is now, if it still exists and its workload has not started."""
+    now = await kube.get_or_none(r.POD, pod["metadata"]["name"], NS)
+    if now is None or now["metadata"]["uid"] != pod["metadata"]["uid"]:
+        return None
+    statuses = (now.get("status") or {}).get("containerStatuses") or []
+    return None if any("running" in (s.get("state") or {}) for s in statuses) else now
 
 
 async def within(probe: Callable[[], Awaitable[T | None]], seconds: float) -> T | None:
