@@ -54,7 +54,6 @@ from dispatch_kubeflow.kube import resources as r
 from tests.cluster.helpers import eventually
 from tests.multikueue.clusters import (
     CLUSTERS,
-    absent,
     active,
     mk,
     permit,
@@ -269,8 +268,8 @@ async def test_a_pod_made_as_the_permit_lapsed_does_not_keep_the_job_from_runnin
         healed_us = time.time_ns() // 1000
         healed = time.monotonic()
 
-        await eventually(functools.partial(absent, worker, r.POD, nxt["metadata"]["name"]),
-                         60, "the pod that waited on the revoked permit deleted", interval=1)
+        await eventually(functools.partial(pod_gone, worker, nxt), 60,
+                         "the pod that waited on the revoked permit deleted", interval=1)
         print(f"{time.monotonic() - healed:.0f} s after the heal: the waiting pod deleted")
         await eventually(functools.partial(asyncio.to_thread, lambda: renewed(cut)), 120,
                          f"{cut}'s permit granted again", interval=2)
@@ -309,6 +308,12 @@ async def next_pod(kube: Kube, ref: ObjectRef, before: str) -> dict[str, Any] | 
         if p["metadata"]["uid"] != before and is_alive(p):
             return p
     return None
+
+
+async def pod_gone(kube: Kube, pod: dict[str, Any]) -> bool:
+    """Whether ``pod`` (that very pod, by UID) no longer exists."""
+    now = await kube.get_or_none(r.POD, pod["metadata"]["name"], NS)
+    return now is None or now["metadata"]["uid"] != pod["metadata"]["uid"]
 
 
 async def waiting_pod(kube: Kube, pod: dict[str, Any]) -> dict[str, Any] | None:

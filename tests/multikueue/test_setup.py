@@ -79,6 +79,24 @@ def least_privilege() -> None:
         }
         got = {k: can(reader, *k) for k in expected}
         assert got == expected, f"the manager's controller in {w}"
+        clearing_is_limited(w)
+
+
+def clearing_is_limited(worker: str) -> None:
+    """The worker's controller may delete pods (RBAC cannot say which), and its policy
+    admits only the delete of a dispatch pod carrying the fence: its own replica's delete,
+    tried as a server-side dry run with the controller's identity, is refused by it."""
+    cfg = f"/tmp/{worker}.kubeconfig"
+    sa = "--as=system:serviceaccount:dispatch-system:dispatch-admission"
+    assert kubectl(cfg, sa, "auth", "can-i", "delete", "pods", "-A").stdout.strip() == "yes"
+    replica = kubectl(cfg, "-n", "dispatch-system", "get", "pods", "-l",
+                      "app.kubernetes.io/name=dispatch-admission", "-o",
+                      "jsonpath={.items[0].metadata.name}").stdout.strip()
+    assert replica, f"no dispatch-admission replica in {worker}"
+    out = kubectl(cfg, sa, "-n", "dispatch-system", "delete", "pod", replica,
+                  "--dry-run=server")
+    assert out.returncode != 0, f"{worker}: the controller may delete its own replica"
+    assert "dispatch-admission-permit-clearing" in out.stderr, out.stderr
 
 
 def test_three_clusters_join_cut_and_heal() -> None:

@@ -53,6 +53,25 @@ def test_the_current_figures_are_computed_not_copied() -> None:
     assert ": **not met**" in table.splitlines()[2]
 
 
+@pytest.mark.parametrize(("failed", "verdict"), [(0, ": **met**"), (3, ": **not met**"),
+                                                 (None, "")])
+def test_the_stop_goal_holds_only_with_no_request_failing_a_try(failed: int | None,
+                                                                 verdict: str) -> None:
+    """Issue 28 item 2: StopJob of 1,000 near its floor, with no request timed out. A run
+    that did not count its failed tries gives no verdict."""
+    data = json.loads(json.dumps(gen.load(gen.SCALE_DATA)))
+    run = next(r for r in data["runs"] if r["id"] == data["current"]["1000"]["dispatch"])
+    run["dispatch"]["stop_all_wall_s"] = run["floor"]["stop_all_wall_s"] / 2
+    run["dispatch"]["stop_per_job_p50_s"] = run["floor"]["stop_per_job_p50_s"] / 2
+    run["floor"]["stops_at_once"] = True
+    run["dispatch"]["transient_failures"] = failed
+    if failed is None:
+        del run["dispatch"]["transient_failures"]
+    [row] = [ln for ln in gen.scale_summary(data).splitlines() if ln.startswith("| StopJob of all")]
+    assert row.endswith(f"no request failing a try{verdict} |"), row
+    assert ("requests failed a try" in row) is (failed is not None)
+
+
 def test_the_properties_are_named_alike_on_the_page_and_in_the_data() -> None:
     names = gen.property_names(gen.load(gen.CAMPAIGN_DATA))
     page = (REPO / "docs" / "guarantees.md").read_text()
