@@ -154,14 +154,14 @@ def scale_summary(data: Json) -> str:
 
     def stops(n: int, d: Json, f: Json | None) -> str:
         wall, p50 = d["stop_all_wall_s"], d.get("stop_per_job_p50_s")
-        text = f"{num(wall, 1)} / {num(p50, 1)} s" + tries(d)
+        text = f"{num(wall, 1)} / {num(p50, 1)} s"
         if not f:
-            return text
+            return text + tries(d)
         if not f.get("stops_at_once"):
             # Until 2026-12-06 the floor stopped each job alone as it ended: no crowd.
-            return text + "<br>the floor's stops ran alone: no ratio"
+            return text + "<br>the floor's stops ran alone: no ratio" + tries(d)
         return (text + f"<br>{times(ratio(wall, f['stop_all_wall_s']))} / "
-                f"{times(ratio(p50, f.get('stop_per_job_p50_s')))} the floor")
+                f"{times(ratio(p50, f.get('stop_per_job_p50_s')))} the floor" + tries(d))
 
     wall_goal, p50_goal = goals["stop_wall_ratio"], goals["stop_p50_ratio"]
     row("StopJob of all N at once, wall / each stop's p50", stops,
