@@ -1,15 +1,15 @@
 """A worker whose permit the manager revoked deletes the pods that wait on it.
 
 The manager grants a revoked permit again only once no dispatch pod is alive in the worker
-(admission.permit_revocation): a pod made before the revocation that still waits for its
-first answer would start on the new permit at an identity read before the job was
-dispatched again (the model's REGRANTANY). The model lets such a pod end, "no share, the pod
-ends" (verify/multikueue.pml); the fence never ended it: it asks again until an answer is
-positive, and none comes while the permit stays revoked. When MultiKueue keeps the job in
-the worker (a cut shorter than Kueue's workerLostTimeout), nothing else deletes the pod
-either, and the job stays "running" there with no pod running, for good: the campaign's run
-30000-84, where the fence stopped the job's pod 45 s into a 70 s cut and its JobSet made the
-next pod in the seconds when a replica still held its permit; that pod then waited.
+(admission.permit_revocation): a pod made before the revocation that still waits to start
+(gated, or for its first answer) would start on the new permit at an identity read before
+the job was dispatched again (the model's REGRANTANY). The model lets such a pod end, "no
+share, the pod ends" (verify/multikueue.pml); nothing ended it: its gate is not lifted and
+its fence gets no positive answer while the permit stays revoked. When MultiKueue keeps the
+job in the worker (a cut shorter than Kueue's workerLostTimeout), nothing else deletes the
+pod either, and the job stays "running" there with no pod running, for good: the campaign's
+run 30000-84, where the fence stopped the job's pod 45 s into a 70 s cut and its JobSet made
+the next pod in the seconds when a replica still held its permit; that pod then waited.
 
 So while the permit is revoked, each replica deletes every alive pod here that carries the
 fence (a MultiKueue job's): none of them runs, since every share ended before the manager

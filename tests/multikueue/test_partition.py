@@ -227,9 +227,10 @@ async def test_a_pod_made_as_the_permit_lapsed_does_not_keep_the_job_from_runnin
     """The campaign's run 30000-84, made to happen: a worker is cut off from the manager for
     70 s, less than Kueue's workerLostTimeout, so Kueue keeps the job there. Its pod ends
     early in the cut (here: deleted, as a failed rank), and its JobSet makes the next pod
-    while the worker's replicas still hold their permits: admitted, it waits for its first
-    answer, which needs the manager. The manager revokes the permit; it grants it again only
-    once no dispatch pod is alive in the worker, and the waiting pod is one. Before
+    while the worker's replicas still hold their permits: admitted, it waits to start (its
+    gate's lift needs a permit, and its fence's first answer the manager). The manager
+    revokes the permit; it grants it again only once no dispatch pod is alive in the worker,
+    and the waiting pod is one. Before
     admission.permit_clearing nothing deleted it: the job stayed "running" with no pod
     running, for good. Now the healed worker, reading its permit revoked, deletes the pod;
     the manager grants the permit again; the job runs again in that worker, at A = 1 and a
@@ -257,11 +258,12 @@ async def test_a_pod_made_as_the_permit_lapsed_does_not_keep_the_job_from_runnin
                                "the JobSet's next pod, made while the permit is held")
         print(f"{time.monotonic() - began:.0f} s: the next pod {nxt['metadata']['name']} "
               f"(J = {labels_of(nxt).get(names.RESTART_ATTEMPT_LABEL)}), "
-              f"{(nxt.get('status') or {}).get('phase')}, waits for its first answer")
+              f"{(nxt.get('status') or {}).get('phase')}, waits to start")
         await eventually(functools.partial(asyncio.to_thread, lambda: revoked(cut)), 120,
                          f"{cut}'s permit revoked", interval=2)
         print(f"{time.monotonic() - began:.0f} s: {cut}'s permit revoked")
-        # The pod cannot have started: its first answer needs the manager.
+        # The pod cannot have started: its first answer needs the manager (on the old code
+        # it was still there, not started, 60 s after the heal, and the permit revoked).
         assert await waiting_pod(worker, nxt) is not None, "the next pod went or started"
         await asyncio.sleep(max(0.0, 70 - (time.monotonic() - began)))
         mk("heal", cut.removeprefix("mk-"))
