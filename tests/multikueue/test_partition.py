@@ -9,13 +9,15 @@ is the lost worker's last, to go inactive), else once the worker is healed. The 
 worker's permit is granted again, and nothing of A = 1 runs anywhere after the heal. StopJob
 proves every cluster empty. And a hold of a job running in a worker holds it; its release
 does not run it again with the pinned Kueue (kueue#15380, asserted as an expected failure).
+And a cut shorter than workerLostTimeout, with a pod made as the permit lapsed, does not
+keep the job from running again in that worker (admission.permit_clearing).
 
 What ran when is judged from the ledger (chaos/ledger.sh): every pod of the job appends a
 line every 100 ms to one file on this host (a hostPath: every node of the three clusters is
 on this machine, one clock), and the campaign's checker (chaos/checker.py) judges it: no two
 executions overlap, in any clusters, and each carries a higher identity than every earlier.
 
-In ``make mk-test``: about 8 minutes for its two tests with the clusters up (Kueue's
+In ``make mk-test``: about 10 minutes for its three tests with the clusters up (Kueue's
 workerLostTimeout of the local setup is 2 minutes).
 """
 
