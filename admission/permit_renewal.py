@@ -76,9 +76,8 @@ class PermitRenewal:
 
     async def revoked_live(self) -> bool:
         """Whether the permit Lease is revoked, read live in the manager now (a missing
-        Lease is not: it was never granted, or deleted, and proves nothing of a revocation)."""
-        lease = await self.manager.get_or_none(LEASE, self.name, self.namespace)
-        return lease is not None and is_revoked(lease)
+        Lease is not: core.permit.is_revoked)."""
+        return is_revoked(await self.manager.get_or_none(LEASE, self.name, self.namespace))
 
     async def renew_once(self) -> bool:
         """One round; whether it extended the permit. A KubeError other than a 409 (the

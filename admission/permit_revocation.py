@@ -100,8 +100,8 @@ class PermitRevocation:
         proof that no pod of that worker runs. A missing Lease proves nothing: it may have
         been deleted while the worker held it, and its pods' shares still run; the gate then
         needs a live list of that worker."""
-        lease = await self.manager.get_or_none(LEASE, lease_name(cluster), self.namespace)
-        return lease is not None and is_revoked(lease)
+        return is_revoked(await self.manager.get_or_none(LEASE, lease_name(cluster),
+                                                         self.namespace))
 
     async def grant_again(self, cluster: str, worker: KubeAPI) -> bool:
         """Grant the revoked permit of the worker ``cluster`` again if ``worker`` (a client

@@ -122,8 +122,10 @@ def lease_name(cluster: str) -> str:
     return f"{names.PERMIT_LEASE_PREFIX}{cluster}"
 
 
-def is_revoked(lease: Mapping[str, Any]) -> bool:
-    return names.PERMIT_REVOKED in annotations_of(lease)
+def is_revoked(lease: Mapping[str, Any] | None) -> bool:
+    """Whether the permit Lease as read is revoked. A missing Lease (None) is not: it was
+    never granted, or was deleted, and proves nothing of a revocation."""
+    return lease is not None and names.PERMIT_REVOKED in annotations_of(lease)
 
 
 def renewal(lease: Mapping[str, Any], holder: str, at: datetime) -> dict[str, Any]:

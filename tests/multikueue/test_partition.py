@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import pytest
 import pytest_asyncio
 
-from chaos.checker import check_identity, check_no_overlap, executions
+from chaos.checker import Execution, check_identity, check_no_overlap, executions
 from chaos.history import Final, LedgerLine, read_ledger
 from chaos.objects import job_request, ledger_dir, runtime_body
 from chaos.plan import JobPlan
@@ -205,18 +205,11 @@ async def test_a_cut_worker_stops_its_pods_before_the_job_runs_again(
         late = [ln for ln in ledger(job) if ln.wall_us > healed_us and admission(ln) == 1]
         assert late == [], late[:3]
 
-        report = await b.stop_job(job, "the test is done")
-        assert report.complete, report
-        assert await b.find(job) == ()
-
-    lines = ledger(job)
-    exs = executions(lines)[str(job)]
+        exs = await stopped_and_judged(b, job)
     print("executions: " + ", ".join(
         f"A = {e.ident.admissions} in {worker_of(e.lines[0])} "
         f"({(e.end_us - e.start_us) / 1e6:.1f} s)" for e in exs))
     assert [e.ident.admissions for e in exs] == [1, 2], [e.name for e in exs]
-    for verdict in (check_no_overlap(lines, [], Final()), check_identity(lines, [], Final())):
-        assert verdict.ok, verdict.message
     for c, kube in clusters.items():
         for res in (r.TRAINJOB, r.WORKLOAD, r.TRAINING_RUNTIME, r.JOBSET, r.POD):
             items, _ = await kube.list(res, NS)
@@ -232,11 +225,10 @@ async def test_a_pod_made_as_the_permit_lapsed_does_not_keep_the_job_from_runnin
     while the worker's replicas still hold their permits: admitted, it waits to start (its
     gate's lift needs a permit, and its fence's first answer the manager). The manager
     revokes the permit; it grants it again only once no dispatch pod is alive in the worker,
-    and the waiting pod is one. Before
-    admission.permit_clearing nothing deleted it: the job stayed "running" with no pod
-    running, for good. Now the healed worker, reading its permit revoked, deletes the pod;
-    the manager grants the permit again; the job runs again in that worker, at A = 1 and a
-    higher J, after its earlier execution."""
+    and the waiting pod is one. Before admission.permit_clearing nothing deleted it: the job
+    stayed "running" with no pod running, for good. Now the healed worker, reading its
+    permit revoked, deletes the pod; the manager grants the permit again; the job runs again
+    in that worker, at A = 1 and a higher J, after its earlier execution."""
     async with await Backend.connect(settings(NS, "3m")) as b:
         job = JobID.new()
         plan = JobPlan(nodes=1, fail_once=False, run_seconds=0, open_at_start=False)
@@ -286,19 +278,24 @@ async def test_a_pod_made_as_the_permit_lapsed_does_not_keep_the_job_from_runnin
         print(f"running again in {again.cluster} at A = 1, J = {lines[0].ident.restarts}, "
               f"{time.monotonic() - healed:.0f} s after the heal")
 
-        report = await b.stop_job(job, "the test is done")
-        assert report.complete, report
-        assert await b.find(job) == ()
-
-    lines = ledger(job)
-    exs = executions(lines)[str(job)]
+        exs = await stopped_and_judged(b, job)
     print("executions: " + ", ".join(
         f"A = {e.ident.admissions}, J = {e.ident.restarts} in {worker_of(e.lines[0])}"
         for e in exs))
     assert len(exs) == 2, [e.name for e in exs]
     assert exs[1].ident.restarts > exs[0].ident.restarts, [e.name for e in exs]
+
+
+async def stopped_and_judged(b: Backend, job: JobID) -> list[Execution]:
+    """StopJob of ``job`` complete, and nothing of it found; then its ledger judged by the
+    campaign's checker (no overlap, identity rising); its executions, ordered by start."""
+    report = await b.stop_job(job, "the test is done")
+    assert report.complete, report
+    assert await b.find(job) == ()
+    lines = ledger(job)
     for verdict in (check_no_overlap(lines, [], Final()), check_identity(lines, [], Final())):
         assert verdict.ok, verdict.message
+    return executions(lines)[str(job)]
 
 
 async def job_pods(kube: Kube, ref: ObjectRef) -> list[dict[str, Any]]:

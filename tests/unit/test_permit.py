@@ -180,3 +180,4 @@ def test_the_revocation_and_the_grant_undo_each_other_on_the_version_read() -> N
     assert granted["metadata"] == {"name": "dispatch-worker-w1", "resourceVersion": "42",
                                    "annotations": {"team": "a"}}
     assert is_revoked(revoked)  # the lease read is left as it was
+    assert not is_revoked(None)  # a missing Lease proves nothing of a revocation
