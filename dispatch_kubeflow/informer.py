@@ -42,6 +42,7 @@ from typing import Any
 from dispatch_kubeflow.core.objects import metadata_only, project
 from dispatch_kubeflow.errors import DispatchError
 from dispatch_kubeflow.kube import KubeAPI, Resource, WatchEvent
+from dispatch_kubeflow.kube.slots import AHEAD, CALL_BEGAN
 from dispatch_kubeflow.waits import Owned
 
 Obj = dict[str, Any]
@@ -200,8 +201,11 @@ class _Informer:
         self._error: tuple[BaseException, TracebackType | None] | None = None
         # A context of its own: the first waiter's deadline (retry.deadline) must not bound
         # the requests of a watch that outlives it. Owned by the Backend's Informers until
-        # they close, not by the waiter that started it, which it outlives.
-        self.task = owner.start(self._run(kube), context=contextvars.Context())
+        # they close, not by the waiter that started it, which it outlives. Its lists go
+        # ahead of every call's requests (kube.slots): each serves all its subscribers.
+        context = contextvars.Context()
+        context.run(CALL_BEGAN.set, AHEAD)
+        self.task = owner.start(self._run(kube), context=context)
 
     def subscribe(self, key_label: str | None, key: str, view: View) -> None:
         if self.idle is not None:

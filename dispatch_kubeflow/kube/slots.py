@@ -12,7 +12,11 @@ while later ones wait, so a call's latency is more what the calls begun before i
 the whole crowd's; the crowd's wall time stays what the API server's pace makes it (at
 N = 1,000 stops each stop's median went from 88 s of the crowd's 89 to 69 s of 85: each
 stop still waits for the kubelet to remove its pods, docs/scale-history.md). A request of
-no call, arriving while a crowd waits, goes after the calls begun before it.
+no call, arriving while a crowd waits, goes after the calls begun before it. A read that
+every call may wait on (an informer's list, marked :data:`AHEAD`) goes before them all:
+queued behind the crowd, it made every stop that follows the informer wait for the whole
+crowd (issue 28: the JobSets' informer of 200 stops at once was listed 6 s in, and every
+stop saw its JobSet go at that moment).
 
 A slot is handed from the request leaving it straight to the waiter next in line, so a
 request arriving meanwhile cannot take it out of turn.
@@ -31,6 +35,10 @@ from types import TracebackType
 CALL_BEGAN: ContextVar[float | None] = ContextVar("dispatch_kubeflow_call_began", default=None)
 """When the call that sends the requests of this context began (the event loop's clock), or
 None: each request counts from its own arrival. Tasks a call starts inherit it."""
+
+AHEAD = float("-inf")
+"""The mark of a read that calls wait on rather than one call's own (an informer's list): it
+is served before every call's requests."""
 
 
 @contextmanager

@@ -258,3 +258,46 @@ async def test_a_shared_round_waits_as_its_oldest_stop_would() -> None:
     await asyncio.gather(late, *others)
     assert marks == [30.0, 10.0]
     await rounds.close()
+
+
+async def test_an_informers_list_goes_before_a_crowds_requests() -> None:
+    """An informer's list is read by every stop that follows it: queued behind a crowd's
+    requests, all begun before it started, it made every one of those stops wait for the
+    whole crowd (issue 28: 200 stops at once, the JobSets' informer listed 6 s in, and every
+    stop saw its JobSet go at that moment). Started by a stop of the crowd, it goes first."""
+    from dispatch_kubeflow.informer import Feed, Informers
+    from dispatch_kubeflow.kube import WatchEvent
+    from dispatch_kubeflow.kube.resources import JOBSET
+
+    slots, served, go = one_slot()
+
+    class Listing:
+        def observe(self, res: object, namespace: str | None = None,
+                    **kw: object) -> AsyncIterator[WatchEvent]:
+            async def stream() -> AsyncIterator[WatchEvent]:
+                async with slots:  # the list's request
+                    served.append("informer")
+                yield WatchEvent("SYNC", {"metadata": {"resourceVersion": "1"}}, ())
+                await asyncio.Event().wait()
+            return stream()
+
+    async def request(name: str, began: float) -> None:
+        CALL_BEGAN.set(began)
+        async with slots:
+            served.append(name)
+
+    informers = Informers(Listing())  # type: ignore[arg-type]
+    holder = asyncio.create_task(_take(slots, "holder", None, served, go))
+    await _settle()
+    crowd = [asyncio.create_task(request(f"stop-{i}", 1.0 + i)) for i in range(3)]
+    await _settle()
+
+    async def later_stop() -> None:
+        CALL_BEGAN.set(10.0)  # a stop of the crowd, begun after the three
+        async with informers.watching([(Feed(JOBSET, "ns", key_label="job"), "j")]) as view:
+            go.set()
+            await view.changed()
+
+    await asyncio.gather(later_stop(), holder, *crowd)
+    await informers.close()
+    assert served == ["holder", "informer", "stop-0", "stop-1", "stop-2"]
