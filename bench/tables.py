@@ -52,6 +52,7 @@ def table(d: Phase, f: Phase, workers: int | None = None) -> None:
     row("requests per job: whole lifecycle", sum(d.requests.values()),
         sum(f.requests.values()), ".1f")
     row("StopJob of all at once, wall s", d.stop_wall_s, f.stop_wall_s, ".1f")
+    row("StopJob per job p10, s", pct(d.stop_s, 10), pct(f.stop_s, 10), ".2f")
     row("StopJob per job p50, s", pct(d.stop_s, 50), pct(f.stop_s, 50), ".2f")
     row("StopJob per job max, s", max(d.stop_s, default=0), max(f.stop_s, default=0), ".2f")
     row("jobs lost", d.lost, f.lost)
