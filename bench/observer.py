@@ -20,6 +20,7 @@ class Observer:
         self.reserved: dict[str, float] = {}
         self.ready: dict[str, float] = {}
         self._listed = asyncio.Event()
+        self._more_ready = asyncio.Event()
         self._task = asyncio.create_task(self._run())
 
     async def ready_to_watch(self) -> None:
@@ -30,8 +31,10 @@ class Observer:
         if is_true(wl, "QuotaReserved"):
             self.reserved.setdefault(name, at)
         for c in (wl.get("status") or {}).get("admissionChecks") or []:
-            if c.get("name") == self.check and c.get("state") == "Ready":
-                self.ready.setdefault(name, at)
+            if c.get("name") == self.check and c.get("state") == "Ready" \
+                    and name not in self.ready:
+                self.ready[name] = at
+                self._more_ready.set()
 
     async def _run(self) -> None:
         async for ev in self.kube.observe(r.WORKLOAD, self.namespace):
@@ -42,6 +45,12 @@ class Observer:
                 self._listed.set()
             elif ev.type != "DELETED":
                 self._see(ev.object, at)
+
+    async def until_ready(self, k: int) -> None:
+        """Once ``k`` checks were seen Ready."""
+        while len(self.ready) < k:
+            self._more_ready.clear()
+            await self._more_ready.wait()
 
     def latencies_ms(self) -> list[float]:
         return [(self.ready[n] - t) * 1000 for n, t in self.reserved.items() if n in self.ready]

@@ -12,8 +12,10 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
+from apiserver import profile, request_counts
 from bare import FLOOR_CHECK, MinimalApprover, bare_run, bare_stop
 from fenced import FENCED_CHECK, FencedApprover
 from observer import Observer
@@ -58,6 +60,10 @@ class Phase:
     transient_failures: dict[str, int] = field(default_factory=dict)
     """The client's tries that failed transiently (timed out, refused, 429, 503, ...), by
     reason, whether a later try succeeded or not (``Kube.transient_failures``)."""
+    apiserver: dict[str, int] = field(default_factory=dict)
+    """The API server's requests during the phase, everyone's, by "VERB resource"."""
+    profile: str = ""
+    """The API server's CPU profile during the phase's decisions (``--apiserver-profile``)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -185,28 +191,48 @@ async def dispatch_client(kubeconfig: str, ns: str, n: int) -> Phase:
 
 
 async def dispatch_phase(kubeconfig: str, admin: Kube, n: int, quota: int,
-                         pids: Mapping[str, list[int]], tag: str) -> Phase:
+                         pids: Mapping[str, list[int]], tag: str, *,
+                         profile_s: int = 0) -> Phase:
     ns = f"bench-{tag}-d{n}"
     await make_queue(admin, ns, names.ADMISSION_CHECK, quota)
     try:
         return await observed(admin, ns, names.ADMISSION_CHECK, pids, "dispatch_client",
-                              kubeconfig, n)
+                              kubeconfig, n, profile_s=profile_s)
     finally:
         await drop_queue(admin, ns)
 
 
 async def observed(admin: Kube, ns: str, check: str, pids: Mapping[str, list[int]],
-                   client: str, kubeconfig: str, n: int) -> Phase:
-    """The phase ``client`` runs in its own process, its decisions timed by an Observer."""
+                   client: str, kubeconfig: str, n: int, *, profile_s: int = 0) -> Phase:
+    """The phase ``client`` runs in its own process, its decisions timed by an Observer;
+    the API server's requests counted over it, and (``profile_s``) its CPU profiled once a
+    third of the decisions were seen."""
     obs = Observer(admin, ns, check)
+    profiling: asyncio.Task[str] | None = None
     try:
         await obs.ready_to_watch()
+        before = await request_counts()
+        if profile_s:
+            profiling = asyncio.create_task(profile_mid(obs, n, profile_s, ns))
         ph, rss, cpu = await in_own_process(pids, client, kubeconfig, ns, n)
+        ph.apiserver = dict(await request_counts() - before)
         ph.peak_rss, ph.cpu = rss, cpu
         ph.decisions_ms = obs.latencies_ms()
+        if profiling is not None:
+            ph.profile = (await profiling if profiling.done()
+                          else "no profile: the phase ended before a third of its decisions")
     finally:
+        if profiling is not None:
+            profiling.cancel()
         obs.close()
     return ph
+
+
+async def profile_mid(obs: Observer, n: int, seconds: int, ns: str) -> str:
+    """The API server's CPU profile over ``seconds``, begun once a third of the phase's N
+    decisions were seen (its middle, where decisions flow)."""
+    await obs.until_ready(n // 3)
+    return await profile(seconds, Path(f"/tmp/{ns}.apiserver.pprof"))
 
 
 @contextlib.asynccontextmanager
@@ -265,13 +291,13 @@ async def floor_client(kubeconfig: str, ns: str, n: int) -> Phase:
 
 async def floor_phase(kubeconfig: str, admin: Kube, n: int, quota: int,
                       pids: Mapping[str, list[int]], tag: str, *,
-                      fenced: bool = False) -> Phase:
+                      fenced: bool = False, profile_s: int = 0) -> Phase:
     """The floor's phase; ``fenced``: its approver sends the controller's three fenced
     requests (bench/fenced.py), not one write."""
     ns = f"bench-{tag}-{'g' if fenced else 'f'}{n}"
     async with floor_side(kubeconfig, admin, ns, quota, fenced=fenced):
         ph = await observed(admin, ns, FENCED_CHECK if fenced else FLOOR_CHECK, pids,
-                            "floor_client", kubeconfig, n)
+                            "floor_client", kubeconfig, n, profile_s=profile_s)
     if fenced:
         ph.name = "fenced floor"
     return ph

@@ -89,6 +89,10 @@ async def main() -> int:
                     help="then a second floor whose approver sends the controller's three "
                          "fenced requests (bench/fenced.py) instead of one write: what the "
                          "fence alone costs")
+    ap.add_argument("--apiserver-profile", type=int, default=0, metavar="SECONDS",
+                    help="profile the API server's CPU for this long in each phase, once a "
+                         "third of its decisions were seen (needs its --profiling=true: "
+                         "APISERVER_PROFILING=true make cluster-up)")
     ap.add_argument("--cluster", default="dk", help="the local cluster (its processes' figures)")
     ap.add_argument("--prompt", type=int, default=5, metavar="JOBS",
                     help="StopJob of a job whose objects go promptly, over this many jobs")
@@ -115,9 +119,11 @@ async def main() -> int:
                     # After the roll-out: the controller's replicas are new processes.
                     pids = cluster_pids(a.cluster)
                 ds.append((w, await dispatch_phase(kubeconfig, admin, n, a.quota, pids,
-                                                   f"{tag}{w or ''}")))
+                                                   f"{tag}{w or ''}",
+                                                   profile_s=a.apiserver_profile)))
             # Without the floor (--no-floor), its column is empty ("-", nan) and no ratio.
-            f = (await floor_phase(kubeconfig, admin, n, a.quota, pids, tag) if a.floor
+            f = (await floor_phase(kubeconfig, admin, n, a.quota, pids, tag,
+                                   profile_s=a.apiserver_profile) if a.floor
                  else Phase("floor (not run)", n))
             g = (await floor_phase(kubeconfig, admin, n, a.quota, pids, tag, fenced=True)
                  if a.fenced_floor else None)

@@ -12,6 +12,8 @@ from prompt import Prompt
 
 WATCHED = ("trainjobs", "workloads", "pods", "jobsets")
 """The kinds whose watches the waits would multiply."""
+APISERVER_ROWS = 25
+"""How many of the API server's kinds of request each table shows (the most served)."""
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -71,11 +73,21 @@ def table(d: Phase, f: Phase, workers: int | None = None) -> None:
     for res in WATCHED:
         row(f"API server watches (waits/before): {res}", d.watches.get(res, 0),
             d.idle_watches.get(res, 0), one_phase=True)
+    # Everyone's requests (controllers, kubelets, webhooks' reads): where the API server's
+    # work differs between the phases.
+    served = sorted(set(d.apiserver) | set(f.apiserver),
+                    key=lambda k: -max(d.apiserver.get(k, 0), f.apiserver.get(k, 0)))
+    for key in served[:APISERVER_ROWS]:
+        row(f"API server {key}", d.apiserver.get(key, 0), f.apiserver.get(key, 0))
     for side in (d, f):
         if side.transient_failures:
             print(f"  note: {side.name}'s failed tries by reason: {side.transient_failures}")
     for note in sorted(set(d.notes + f.notes))[:10]:
         print(f"  note: {note}")
+    for side in (d, f):
+        if side.profile:
+            print(f"\nAPI server CPU profile, {side.name} phase ({side.n} jobs): "
+                  f"{side.profile}")
 
 
 def p4_table(rows: list[P4]) -> None:

@@ -2,8 +2,9 @@
 # Stop a local cluster and put the machine back as it was: down.sh NAME
 # Stops every process, unmounts what the nodes mounted, removes the nodes' network
 # namespaces (their iptables rules and routes go with them), the veths, the bridge and its
-# routes, the state, and restores the kernel settings the kubelet changed. The host's own
-# iptables are never touched: nothing of a local cluster writes them.
+# routes, the state, the kubeconfigs up.sh wrote (while unchanged), and restores the
+# kernel settings the kubelet changed. The host's own iptables are never touched: nothing of
+# a local cluster writes them.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
@@ -99,6 +100,11 @@ if [ -d "$STATE" ] || [ -d "$RUN" ]; then
       find "$root" -depth -type d -exec rmdir {} \; 2>/dev/null
     done
   done
+  # The kubeconfigs up.sh wrote at its callers' paths: each while it is still the one
+  # written (a file changed since is the caller's own).
+  while IFS= read -r f; do
+    cmp -s -- "$f" "$STATE/admin.kubeconfig" && rm -f -- "$f"
+  done < <(cat "$STATE/kubeconfigs" 2>/dev/null)
   rm -rf "$STATE" "$RUN"
   log "cluster $CLUSTER_NAME stopped"
 else

@@ -21,7 +21,7 @@ usage() {
 usage: $0 NAME KUBECONFIG
   NAME        cluster name (letters, digits and '-', at most 20 characters); nodes are
               NAME-control-plane, NAME-worker and NAME-worker2
-  KUBECONFIG  where to write the admin kubeconfig
+  KUBECONFIG  where to write the admin kubeconfig (down.sh removes it while unchanged)
 EOF
   exit 2
 }
@@ -30,6 +30,11 @@ CLUSTER_NAME=$1
 KUBECONFIG_OUT=$2
 [[ $CLUSTER_NAME =~ ^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?$ ]] || { echo "error: bad NAME '$CLUSTER_NAME'" >&2; usage; }
 [ -n "$KUBECONFIG_OUT" ] || usage
+# The API server's profiling only when asked (bench/scale.py --apiserver-profile).
+case ${APISERVER_PROFILING:=false} in
+  true | false) ;;
+  *) die "APISERVER_PROFILING=$APISERVER_PROFILING: say true or false" ;;
+esac
 [ "$(id -u)" = 0 ] || die "must run as root: it starts kubelets, mounts, bridges and iptables chains"
 # Kueue's Configuration as a MultiKueue manager's (multikueue.sh sets both for its manager;
 # unset, every cluster's is the same): KUEUE_FRAMEWORKS, comma-separated, replaces the
@@ -78,8 +83,15 @@ already_up() {
     && [ -f "$STATE/ready" ]
 }
 
-if already_up; then
+hand_out_kubeconfig() { # the admin kubeconfig at the caller's path, recorded for down.sh
   cp "$STATE/admin.kubeconfig" "$KUBECONFIG_OUT.tmp" && mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"
+  local path
+  path=$(realpath -m -- "$KUBECONFIG_OUT")
+  grep -qxF -- "$path" "$STATE/kubeconfigs" 2>/dev/null || echo "$path" >> "$STATE/kubeconfigs"
+}
+
+if already_up; then
+  hand_out_kubeconfig
   log "cluster $CLUSTER_NAME is already up; kubeconfig written to $KUBECONFIG_OUT"
   exit 0
 fi
@@ -222,7 +234,7 @@ apiserver_cmd=("$(resolve_bin kube-apiserver)" \
   --kubelet-client-certificate "$P/apiserver-kubelet-client.crt" \
   --kubelet-client-key "$P/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types InternalIP,Hostname \
-  --allow-privileged=true --profiling=false --v 1 \
+  --allow-privileged=true --profiling="$APISERVER_PROFILING" --v 1 \
   --enable-aggregator-routing=true \
   --default-not-ready-toleration-seconds 10 --default-unreachable-toleration-seconds 10 \
   --feature-gates PodLogsQuerySplitStreams=true)
@@ -569,5 +581,5 @@ EOF
 fi
 
 touch "$STATE/ready"
-cp "$STATE/admin.kubeconfig" "$KUBECONFIG_OUT.tmp" && mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"
+hand_out_kubeconfig
 log "cluster $CLUSTER_NAME is up in $((SECONDS - t0))s; kubeconfig: $KUBECONFIG_OUT"

@@ -162,4 +162,5 @@ def test_up_run_down_twice_leaves_the_machine_as_it_was(tmp_path: Path) -> None:
         time.sleep(0.5)
         after = machine_snapshot()
         assert not STATE.exists()
+        assert not kubeconfig.exists(), "down.sh left the kubeconfig up.sh wrote"
         assert after == before, f"round {round_}: the machine changed"

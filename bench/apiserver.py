@@ -1,0 +1,63 @@
+"""What the API server did during a phase: its requests by verb and resource (from
+``apiserver_request_total``, read before and after), and, with ``--apiserver-profile``, a
+CPU profile of it taken while the phase's decisions flow (issue 28 item 3: where the
+decision's time goes on a saturated API server).
+
+The profile needs the API server's ``--profiling=true`` (the local cluster:
+``APISERVER_PROFILING=true make cluster-up``); without it the phase says so and goes on.
+It is read by ``go tool pprof`` when ``go`` is on the PATH, else kept for later."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections import Counter
+from pathlib import Path
+
+from sampler import kubectl
+
+
+async def _raw(path: str) -> tuple[int, bytes, bytes]:
+    proc = await asyncio.create_subprocess_exec(
+        kubectl(), "get", "--raw", path, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out, err
+
+
+async def request_counts() -> Counter[str]:
+    """Every request the API server has served since it started, by "VERB resource"
+    (subresources apart: "PATCH workloads/status")."""
+    rc, out, err = await _raw("/metrics")
+    if rc:
+        raise RuntimeError(f"kubectl get --raw /metrics: {err.decode().strip()}")
+    counts: Counter[str] = Counter()
+    for line in out.decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels, value = line.rsplit(" ", 1)
+
+        def label(name: str, labels: str = labels) -> str:
+            part = labels.split(f'{name}="', 1)
+            return part[1].split('"', 1)[0] if len(part) == 2 else ""
+        res = label("resource") + (f"/{label('subresource')}" if label("subresource") else "")
+        counts[f"{label('verb')} {res}"] += int(float(value))
+    return counts
+
+
+async def profile(seconds: int, out: Path) -> str:
+    """A CPU profile of the API server over ``seconds``, written to ``out``; its top
+    functions by cumulative time (``go tool pprof -top -cum``), or why there is none."""
+    rc, data, err = await _raw(f"/debug/pprof/profile?seconds={seconds}")
+    if rc:
+        return (f"no profile ({err.decode().strip()}); the API server needs --profiling=true "
+                "(APISERVER_PROFILING=true make cluster-up)")
+    await asyncio.to_thread(out.write_bytes, data)
+    go = shutil.which("go")
+    if go is None:
+        return f"profile written to {out} (no go on the PATH to read it)"
+    proc = await asyncio.create_subprocess_exec(
+        go, "tool", "pprof", "-top", "-cum", "-nodecount=40", str(out),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    text, _ = await proc.communicate()
+    return f"profile written to {out}\n" + text.decode()
