@@ -219,8 +219,9 @@ async def observed(admin: Kube, ns: str, check: str, pids: Mapping[str, list[int
         ph.peak_rss, ph.cpu = rss, cpu
         ph.decisions_ms = obs.latencies_ms()
         if profiling is not None:
-            ph.profile = (await profiling if profiling.done()
-                          else "no profile: the phase ended before a third of its decisions")
+            ph.profile = (await profiling if profiling.done() else
+                          f"no profile: the phase ended before a third of its decisions "
+                          f"and {profile_s} s more")
     finally:
         if profiling is not None:
             profiling.cancel()
