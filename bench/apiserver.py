@@ -26,13 +26,19 @@ async def _raw(path: str) -> tuple[int, bytes, bytes]:
 
 
 async def request_counts() -> Counter[str]:
-    """Every request the API server has served since it started, by "VERB resource"
-    (subresources apart: "PATCH workloads/status")."""
+    """Every request the API server has served since it started (:func:`parse_counts`)."""
     rc, out, err = await _raw("/metrics")
     if rc:
         raise RuntimeError(f"kubectl get --raw /metrics: {err.decode().strip()}")
+    return parse_counts(out.decode())
+
+
+def parse_counts(metrics: str) -> Counter[str]:
+    """``apiserver_request_total`` of the API server's metrics, by "VERB resource"
+    (subresources apart: "PATCH workloads/status"), those it refused apart by their code
+    ("POST workloads 409")."""
     counts: Counter[str] = Counter()
-    for line in out.decode().splitlines():
+    for line in metrics.splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels, value = line.rsplit(" ", 1)
@@ -41,7 +47,9 @@ async def request_counts() -> Counter[str]:
             part = labels.split(f'{name}="', 1)
             return part[1].split('"', 1)[0] if len(part) == 2 else ""
         res = label("resource") + (f"/{label('subresource')}" if label("subresource") else "")
-        counts[f"{label('verb')} {res}"] += int(float(value))
+        code = label("code")
+        refused = f" {code}" if code and not code.startswith("2") else ""
+        counts[f"{label('verb')} {res}{refused}"] += int(float(value))
     return counts
 
 

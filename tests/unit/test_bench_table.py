@@ -71,3 +71,23 @@ def test_no_ratio_against_a_phase_not_run(missing: str, capsys: pytest.CaptureFi
     assert set(judged.values()) == {"-"}, judged
     # The watches compare one phase with itself (during the waits / before): still a ratio.
     assert rows["API server watches (waits/before): pods"] == "2.00x"
+
+
+def test_the_api_servers_requests_are_counted_by_verb_and_resource_refusals_apart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    load_scale(monkeypatch)
+    import apiserver  # bench/apiserver.py, on the path load_scale put there
+    metrics = "\n".join([
+        "# HELP apiserver_request_total Counter of apiserver requests",
+        'apiserver_request_total{code="201",component="apiserver",group="kueue.x-k8s.io",'
+        'resource="workloads",scope="resource",subresource="",verb="POST",version="v1beta2"} 6',
+        'apiserver_request_total{code="409",component="apiserver",group="kueue.x-k8s.io",'
+        'resource="workloads",scope="resource",subresource="",verb="POST",version="v1beta2"} 70',
+        'apiserver_request_total{code="200",component="apiserver",group="",resource="pods",'
+        'scope="namespace",subresource="status",verb="PATCH",version="v1"} 3',
+        'apiserver_request_total{code="200",component="apiserver",group="",resource="pods",'
+        'scope="namespace",subresource="status",verb="PATCH",version="v1"} 2.0',
+        'apiserver_request_duration_seconds_count{resource="pods",verb="LIST"} 9',
+    ])
+    assert apiserver.parse_counts(metrics) == {
+        "POST workloads": 6, "POST workloads 409": 70, "PATCH pods/status": 5}
