@@ -10,24 +10,20 @@ It is read by ``go tool pprof`` when ``go`` is on the PATH, else kept for later.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
 
-from sampler import kubectl
+from sampler import get_raw
 
-
-async def _raw(path: str) -> tuple[int, bytes, bytes]:
-    proc = await asyncio.create_subprocess_exec(
-        kubectl(), "get", "--raw", path, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    return proc.returncode or 0, out, err
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+"""One label of a metric's line: name="value"."""
 
 
 async def request_counts() -> Counter[str]:
     """Every request the API server has served since it started (:func:`parse_counts`)."""
-    rc, out, err = await _raw("/metrics")
+    rc, out, err = await get_raw("/metrics")
     if rc:
         raise RuntimeError(f"kubectl get --raw /metrics: {err.decode().strip()}")
     return parse_counts(out.decode())
@@ -42,21 +38,19 @@ def parse_counts(metrics: str) -> Counter[str]:
         if not line.startswith("apiserver_request_total{"):
             continue
         labels, value = line.rsplit(" ", 1)
-
-        def label(name: str, labels: str = labels) -> str:
-            part = labels.split(f'{name}="', 1)
-            return part[1].split('"', 1)[0] if len(part) == 2 else ""
-        res = label("resource") + (f"/{label('subresource')}" if label("subresource") else "")
-        code = label("code")
+        label = dict(LABEL.findall(labels))
+        sub = label.get("subresource")
+        code = label.get("code", "")
         refused = f" {code}" if code and not code.startswith("2") else ""
-        counts[f"{label('verb')} {res}{refused}"] += int(float(value))
+        res = label.get("resource", "") + (f"/{sub}" if sub else "")
+        counts[f"{label.get('verb', '')} {res}{refused}"] += int(float(value))
     return counts
 
 
 async def profile(seconds: int, out: Path) -> str:
     """A CPU profile of the API server over ``seconds``, written to ``out``; its top
     functions by cumulative time (``go tool pprof -top -cum``), or why there is none."""
-    rc, data, err = await _raw(f"/debug/pprof/profile?seconds={seconds}")
+    rc, data, err = await get_raw(f"/debug/pprof/profile?seconds={seconds}")
     if rc:
         return (f"no profile ({err.decode().strip()}); the API server needs --profiling=true "
                 "(APISERVER_PROFILING=true make cluster-up)")

@@ -106,12 +106,18 @@ def kubectl() -> str:
     return str(bins[-1])
 
 
+async def get_raw(path: str) -> tuple[int, bytes, bytes]:
+    """``kubectl get --raw PATH``: its exit code, output and error."""
+    proc = await asyncio.create_subprocess_exec(
+        kubectl(), "get", "--raw", path, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out, err
+
+
 async def watch_count() -> dict[str, int]:
     """The API server's open watches by resource (its long-running WATCH requests)."""
-    proc = await asyncio.create_subprocess_exec(
-        kubectl(), "get", "--raw", "/metrics", stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL)
-    out, _ = await proc.communicate()
+    _, out, _ = await get_raw("/metrics")
     counts: dict[str, int] = {}
     for line in out.decode().splitlines():
         if line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line:
