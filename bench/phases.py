@@ -136,7 +136,6 @@ async def dispatch_client(kubeconfig: str, ns: str, n: int) -> Phase:
             raise RuntimeError("the library is observe-only: "
                                + "; ".join(backend.observe_only_reasons))
         jobs = [JobID.new() for _ in range(n)]
-        ph.idle_watches = await watch_count()
         began = now()
         last = kube.requests
 
@@ -151,11 +150,9 @@ async def dispatch_client(kubeconfig: str, ns: str, n: int) -> Phase:
         await asyncio.gather(*(backend.open(ref) for ref in refs))
         count("open")
         deadline = datetime.now(UTC) + wait_limit(n)
-        with WatchPeak() as wp:
-            waited = await asyncio.gather(
-                *(backend.wait(ref, *DONE, deadline=deadline) for ref in refs),
-                return_exceptions=True)
-        ph.watches = wp.peak
+        waited = await asyncio.gather(
+            *(backend.wait(ref, *DONE, deadline=deadline) for ref in refs),
+            return_exceptions=True)
         count("wait")
         early = [w for w in waited if isinstance(w, DeadlineExceeded)
                  and datetime.now(UTC) < deadline]
@@ -205,17 +202,24 @@ async def dispatch_phase(kubeconfig: str, admin: Kube, n: int, quota: int,
 async def observed(admin: Kube, ns: str, check: str, pids: Mapping[str, list[int]],
                    client: str, kubeconfig: str, n: int, *, profile_s: int = 0) -> Phase:
     """The phase ``client`` runs in its own process, its decisions timed by an Observer;
-    the API server's requests counted over it, and (``profile_s``) its CPU profiled once a
-    third of the decisions were seen."""
+    the API server's requests counted over it, its open watches before it and at their
+    peak during it, and (``profile_s``) its CPU profiled once a third of the decisions were
+    seen."""
     obs = Observer(admin, ns, check)
     profiling: asyncio.Task[str] | None = None
     try:
         await obs.ready_to_watch()
+        idle_watches = await watch_count()
         before = await request_counts()
         if profile_s:
             profiling = asyncio.create_task(profile_mid(obs, n, profile_s, ns))
-        ph, rss, cpu = await in_own_process(pids, client, kubeconfig, ns, n)
+        # The same sampling of the API server in every phase: until 2026-12-07 only the
+        # dispatch phase's waits read its metrics (every second), a load the floor's
+        # decisions never met.
+        with WatchPeak() as wp:
+            ph, rss, cpu = await in_own_process(pids, client, kubeconfig, ns, n)
         ph.apiserver = dict(await request_counts() - before)
+        ph.watches, ph.idle_watches = wp.peak, idle_watches
         ph.peak_rss, ph.cpu = rss, cpu
         ph.decisions_ms = obs.latencies_ms()
         if profiling is not None:

@@ -11,7 +11,7 @@ from phases import Phase
 from prompt import Prompt
 
 WATCHED = ("trainjobs", "workloads", "pods", "jobsets")
-"""The kinds whose watches the waits would multiply."""
+"""The kinds whose watches the waits would multiply (a bare script holds one per wait)."""
 APISERVER_ROWS = 25
 """How many of the API server's kinds of request each table shows (the most served)."""
 
@@ -38,11 +38,10 @@ def table(d: Phase, f: Phase, workers: int | None = None) -> None:
     # A phase not run (--no-floor, --no-dispatch) has no wall time: no ratio against it.
     both_ran = d.wall_s > 0 and f.wall_s > 0
 
-    def row(label: str, a: float | None, b: float | None, fmt: str = ".0f",
-            *, one_phase: bool = False) -> None:
+    def row(label: str, a: float | None, b: float | None, fmt: str = ".0f") -> None:
         sa = "-" if a is None else format(a, fmt)
         sb = "-" if b is None else format(b, fmt)
-        text = ratio(a, b) if a is not None and b is not None and (both_ran or one_phase) else "-"
+        text = ratio(a, b) if a is not None and b is not None and both_ran else "-"
         print(f"  {label:<44}{sa:>10}{sb:>10}{text:>8}")
     for p in (50, 90, 99):
         row(f"decision latency p{p}, ms", pct(d.decisions_ms, p), pct(f.decisions_ms, p))
@@ -71,8 +70,10 @@ def table(d: Phase, f: Phase, workers: int | None = None) -> None:
     for name in dict.fromkeys([*d.cpu, *f.cpu]):
         row(f"CPU s: {name}", d.cpu.get(name), f.cpu.get(name), ".1f")
     for res in WATCHED:
-        row(f"API server watches (waits/before): {res}", d.watches.get(res, 0),
-            d.idle_watches.get(res, 0), one_phase=True)
+        row(f"API server watches at peak: {res}", d.watches.get(res) if d.watches
+            else None, f.watches.get(res) if f.watches else None)
+        row(f"API server watches before: {res}", d.idle_watches.get(res)
+            if d.idle_watches else None, f.idle_watches.get(res) if f.idle_watches else None)
     # Everyone's requests (controllers, kubelets, webhooks' reads): where the API server's
     # work differs between the phases.
     served = sorted(set(d.apiserver) | set(f.apiserver),
