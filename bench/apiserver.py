@@ -10,15 +10,11 @@ It is read by ``go tool pprof`` when ``go`` is on the PATH, else kept for later.
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 from collections import Counter
 from pathlib import Path
 
-from sampler import get_raw
-
-LABEL = re.compile(r'(\w+)="([^"]*)"')
-"""One label of a metric's line: name="value"."""
+from sampler import LABEL, get_raw
 
 
 async def request_counts() -> Counter[str]:

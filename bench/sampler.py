@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -115,14 +116,21 @@ async def get_raw(path: str) -> tuple[int, bytes, bytes]:
     return proc.returncode or 0, out, err
 
 
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+"""One label of a metric's line: name="value"."""
+
+
 async def watch_count() -> dict[str, int]:
     """The API server's open watches by resource (its long-running WATCH requests)."""
     _, out, _ = await get_raw("/metrics")
     counts: dict[str, int] = {}
     for line in out.decode().splitlines():
-        if line.startswith("apiserver_longrunning_requests{") and 'verb="WATCH"' in line:
-            labels, value = line.rsplit(" ", 1)
-            res = labels.split('resource="', 1)[1].split('"', 1)[0]
+        if not line.startswith("apiserver_longrunning_requests{"):
+            continue
+        labels, value = line.rsplit(" ", 1)
+        label = dict(LABEL.findall(labels))
+        if label.get("verb") == "WATCH":
+            res = label.get("resource", "")
             counts[res] = counts.get(res, 0) + int(float(value))
     return counts
 

@@ -69,11 +69,13 @@ def table(d: Phase, f: Phase, workers: int | None = None) -> None:
         row(f"peak RSS MB: client, {call} done", mb, f.rss_by_call.get(call))
     for name in dict.fromkeys([*d.cpu, *f.cpu]):
         row(f"CPU s: {name}", d.cpu.get(name), f.cpu.get(name), ".1f")
+    def watches(read: dict[str, int], res: str) -> int | None:
+        return read.get(res, 0) if read else None  # an empty read: the phase did not run
     for res in WATCHED:
-        row(f"API server watches at peak: {res}", d.watches.get(res) if d.watches
-            else None, f.watches.get(res) if f.watches else None)
-        row(f"API server watches before: {res}", d.idle_watches.get(res)
-            if d.idle_watches else None, f.idle_watches.get(res) if f.idle_watches else None)
+        row(f"API server watches at peak: {res}", watches(d.watches, res),
+            watches(f.watches, res))
+        row(f"API server watches before: {res}", watches(d.idle_watches, res),
+            watches(f.idle_watches, res))
     # Everyone's requests (controllers, kubelets, webhooks' reads): where the API server's
     # work differs between the phases.
     served = sorted(set(d.apiserver) | set(f.apiserver),

@@ -71,6 +71,8 @@ def test_both_phases_watches_stand_side_by_side(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert watch_cells(out, "API server watches at peak: pods") == ["6", "1003", "0.01x"]
     assert watch_cells(out, "API server watches before: pods") == ["5", "3", "1.67x"]
+    # A kind the phase that ran held no watch of is a 0, not a phase not run.
+    assert watch_cells(out, "API server watches at peak: jobsets")[:2] == ["0", "0"]
 
 
 @pytest.mark.parametrize("missing", ["dispatch", "floor"])
